@@ -1,0 +1,38 @@
+"""autobatch: write the network for one instance; run it batched.
+
+``import autobatch as dy`` runs typical DyNet programs: build a lazy graph per
+instance with DyNet's functions, and forward/backward group equal-signature nodes
+of all instances into batched NumPy (or CuPy) kernels."""
+from __future__ import annotations
+
+from . import runtime
+from .api import *  # noqa: F401,F403
+from .api import (abs, affine_transform, average, binary_log_loss, bmax, cdiv, cmult,  # noqa: F401
+                  concatenate, concatenate_cols, const_lookup, const_parameter, constant,
+                  dot_product, dropout, elu, emax, esum, exp, hinge, inputMatrix, inputTensor,
+                  inputVector, l2_norm, log, log_softmax, logistic, lookup, max_dim, mean_elems,
+                  noise, ones, parameter, pick, pickneglogsoftmax, pickrange, rectify, reshape,
+                  scalarInput, select_rows, softmax, sqrt, square, squared_distance, squared_norm,
+                  sum_elems, tanh, transpose, vecInput, zeros)
+from .errors import AutobatchError, GraphError, NonFiniteError, StaleExpressionError
+from .graph import ComputationGraph, Expression, cg, renew_cg
+from .params import (ConstInitializer, GlorotInitializer, LookupParameter, Model, NormalInitializer,
+                     NumpyInitializer, Parameter, ParameterCollection, UniformInitializer)
+from .runtime import (Strategy, default_strategy, reset_random_seed, set_backend, set_default_strategy,
+                      set_dropout, set_dtype)
+from .stats import summary as stats_summary
+
+__version__ = "0.1.0"
+
+
+def stats() -> dict:
+    """What the current graph's forward/backward did: nodes, batches, copies, seconds,
+    and batch sizes per signature."""
+    g = runtime.state().graph
+    if g is None:
+        raise RuntimeError("stats(): no computation graph yet")
+    return g.stats.as_dict(g)
+
+
+max = max_dim  # noqa: A001  (DyNet exposes max_dim; keep the builtin name free below)
+del max

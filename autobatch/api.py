@@ -1,0 +1,354 @@
+"""The DyNet-named expression functions. Each checks its inputs (so that bad input
+fails here, naming the op, the shapes and the user's line, before anything is
+added to the graph) and appends one node. Shapes: vectors are (n,), matrices (m, n)."""
+from __future__ import annotations
+
+import numbers
+from typing import Sequence
+
+import numpy as np
+
+from . import runtime
+from .errors import GraphError, StaleExpressionError, user_line
+from .graph import ComputationGraph, Expression, cg
+from .ops import OPS
+from .params import LookupParameter, Parameter
+
+_S = runtime.state()
+
+_TANH, _LOGISTIC, _RECTIFY, _ELU = OPS["tanh"], OPS["logistic"], OPS["rectify"], OPS["elu"]
+_EXP, _LOG, _SQRT, _SQUARE, _ABS = OPS["exp"], OPS["log"], OPS["sqrt"], OPS["square"], OPS["abs"]
+_ADD, _SUB, _CMULT, _CDIV = OPS["add"], OPS["sub"], OPS["cmult"], OPS["cdiv"]
+_SCALE, _SDIV = OPS["scale_shift"], OPS["scalar_div"]
+_MM_SHARED, _MM, _AFFINE = OPS["matmul_shared"], OPS["matmul"], OPS["affine"]
+
+
+def _graph() -> ComputationGraph:
+    g = _S.graph
+    return g if g is not None else cg()
+
+
+def _id(x, g: ComputationGraph) -> int:
+    """Node id of an Expression or Parameter in graph g."""
+    if type(x) is Expression:
+        if x.cg is not g:
+            raise StaleExpressionError(
+                f"an Expression from a computation graph that was renewed was used [at {user_line()}]"
+                if not x.cg.alive else
+                f"an Expression from another computation graph was used [at {user_line()}]")
+        return x.i
+    if isinstance(x, Parameter):
+        return g.param_expr(x).i
+    raise TypeError(f"expected an Expression or Parameter, got {type(x).__name__} [at {user_line()}]")
+
+
+def _op(op, *xs, attr=None, data=None) -> Expression:
+    g = _graph()
+    return g.add(op, tuple([_id(x, g) for x in xs]), attr, data)
+
+
+def _opl(op, xs: Sequence, attr=None, data=None) -> Expression:
+    if len(xs) == 0:
+        raise GraphError(f"{op.name}: needs at least one expression, got an empty list [at {user_line()}]")
+    g = _graph()
+    return g.add(op, tuple([_id(x, g) for x in xs]), attr, data)
+
+
+def _is_param_node(x, g) -> bool:
+    return isinstance(x, Parameter) or (type(x) is Expression and x.i in g.ext)
+
+
+# --- inputs -----------------------------------------------------------------------
+def inputTensor(arr, batched: bool = False, device: str = "") -> Expression:
+    """A constant tensor (any shape) taken from a list or array."""
+    if batched:
+        raise NotImplementedError("batched inputTensor: autobatch batches for you; build one graph per instance")
+    a = np.asarray(arr, dtype=_S.dtype)
+    if a.ndim == 0:
+        a = a.reshape(1)
+    return _graph().add(OPS["input"], (), tuple(a.shape), a)
+
+
+def inputVector(v) -> Expression:
+    """A constant vector of shape (len(v),)."""
+    a = np.asarray(v, dtype=_S.dtype).reshape(-1)
+    return _graph().add(OPS["input"], (), (a.shape[0],), a)
+
+
+vecInput = inputVector
+
+
+def inputMatrix(v, d) -> Expression:
+    """DyNet's inputMatrix: values in column-major order into shape d."""
+    return inputTensor(np.asarray(v, dtype=_S.dtype).reshape(tuple(d), order="F"))
+
+
+def scalarInput(x: float) -> Expression:
+    """A constant of shape (1,)."""
+    return _graph().add(OPS["input"], (), (1,), np.full(1, x, dtype=_S.dtype))
+
+
+def _dim(d) -> tuple:
+    return (int(d),) if isinstance(d, numbers.Integral) else tuple(int(k) for k in d)
+
+
+def zeros(dim) -> Expression:
+    return _graph().add(OPS["constant"], (), (_dim(dim), 0.0))
+
+
+def ones(dim) -> Expression:
+    return _graph().add(OPS["constant"], (), (_dim(dim), 1.0))
+
+
+def constant(dim, val: float) -> Expression:
+    return _graph().add(OPS["constant"], (), (_dim(dim), float(val)))
+
+
+def parameter(p: Parameter, update: bool = True) -> Expression:
+    """The expression of parameter p in the current graph (optional in autobatch)."""
+    return _graph().param_expr(p, update)
+
+
+def const_parameter(p: Parameter) -> Expression:
+    return parameter(p, update=False)
+
+
+def lookup(p: LookupParameter, index: int, update: bool = True) -> Expression:
+    """Row ``index`` of table p, shape p.shape()[1:]."""
+    if not isinstance(p, LookupParameter):
+        raise TypeError(f"lookup: needs a LookupParameter, got {type(p).__name__} [at {user_line()}]")
+    n = p.value.shape[0]
+    if not isinstance(index, (numbers.Integral, np.integer)) or not 0 <= index < n:
+        raise GraphError(f"lookup: index {index!r} out of range for a table of shape "
+                         f"{tuple(p.value.shape)} [at {user_line()}]")
+    g = _graph()
+    return g.add(OPS["lookup"], (g.param_expr(p, update).i,), None, int(index))
+
+
+def const_lookup(p: LookupParameter, index: int) -> Expression:
+    return lookup(p, index, update=False)
+
+
+# --- products ---------------------------------------------------------------------
+def _matmul(a, b) -> Expression:
+    g = _graph()
+    op = _MM_SHARED if _is_param_node(a, g) else _MM
+    return g.add(op, (_id(a, g), _id(b, g)))
+
+
+def affine_transform(xs: Sequence) -> Expression:
+    """b + W1·x1 + W2·x2 + … from [b, W1, x1, W2, x2, …]; one GEMM per pair per batch."""
+    xs = list(xs)
+    if len(xs) == 1:
+        return xs[0] if type(xs[0]) is Expression else parameter(xs[0])
+    g = _graph()
+    if len(xs) % 2 == 0:
+        raise GraphError(f"affine_transform: needs [b, W1, x1, W2, x2, ...], got {len(xs)} items [at {user_line()}]")
+    if all(_is_param_node(xs[k], g) for k in [0] + list(range(1, len(xs), 2))):
+        return g.add(_AFFINE, tuple([_id(x, g) for x in xs]))
+    terms = [xs[0]] + [_matmul(xs[k], xs[k + 1]) for k in range(1, len(xs), 2)]
+    return esum(terms)
+
+
+def dot_product(x, y) -> Expression:
+    return _op(OPS["dot_product"], x, y)
+
+
+def transpose(x) -> Expression:
+    return _op(OPS["transpose"], x)
+
+
+# --- elementwise --------------------------------------------------------------------
+def tanh(x) -> Expression: return _op(_TANH, x)
+def logistic(x) -> Expression: return _op(_LOGISTIC, x)
+def rectify(x) -> Expression: return _op(_RECTIFY, x)
+def exp(x) -> Expression: return _op(_EXP, x)
+def log(x) -> Expression: return _op(_LOG, x)
+def sqrt(x) -> Expression: return _op(_SQRT, x)
+def square(x) -> Expression: return _op(_SQUARE, x)
+def abs(x) -> Expression: return _op(_ABS, x)  # noqa: A001  (DyNet's name)
+def cmult(x, y) -> Expression: return _op(_CMULT, x, y)
+def cdiv(x, y) -> Expression: return _op(_CDIV, x, y)
+
+
+def elu(x, alpha: float = 1.0) -> Expression:
+    return _op(_ELU, x, attr=float(alpha))
+
+
+def esum(xs: Sequence) -> Expression:
+    """Sum of same-shape expressions."""
+    xs = list(xs)
+    return xs[0] if len(xs) == 1 and type(xs[0]) is Expression else _opl(_ADD, xs)
+
+
+def average(xs: Sequence) -> Expression:
+    return _opl(OPS["average"], list(xs))
+
+
+def emax(xs: Sequence) -> Expression:
+    return _opl(OPS["emax"], list(xs))
+
+
+def bmax(x, y) -> Expression:
+    return emax([x, y])
+
+
+# --- reductions and losses -----------------------------------------------------------
+def sum_elems(x) -> Expression: return _op(OPS["sum_elems"], x)
+def mean_elems(x) -> Expression: return _op(OPS["mean_elems"], x)
+def squared_norm(x) -> Expression: return _op(OPS["squared_norm"], x)
+def l2_norm(x) -> Expression: return _op(OPS["l2_norm"], x)
+def squared_distance(x, y) -> Expression: return _op(OPS["squared_distance"], x, y)
+def binary_log_loss(x, y) -> Expression: return _op(OPS["binary_log_loss"], x, y)
+
+
+def max_dim(x, d: int = 0) -> Expression:
+    return _op(OPS["max_dim"], x, attr=int(d))
+
+
+def softmax(x, d: int = 0) -> Expression:
+    if d != 0:
+        raise GraphError(f"softmax: only d=0 is supported, got d={d} [at {user_line()}]")
+    return _op(OPS["softmax"], x)
+
+
+def log_softmax(x, restrict=None) -> Expression:
+    if restrict is not None:
+        raise GraphError(f"log_softmax: restrict is not supported [at {user_line()}]")
+    return _op(OPS["log_softmax"], x)
+
+
+def _index_in(name, x, i, n):
+    if not isinstance(i, (numbers.Integral, np.integer)) or not 0 <= i < n:
+        shape = x.cg.shapes[x.i] if type(x) is Expression else x.shape()
+        raise GraphError(f"{name}: index {i!r} out of range for an input of shape {shape} [at {user_line()}]")
+
+
+def _shape(x):
+    if type(x) is Expression:
+        return x.cg.shapes[x.i]
+    if isinstance(x, Parameter):
+        return x.shape()
+    raise TypeError(f"expected an Expression, got {type(x).__name__} [at {user_line()}]")
+
+
+def pickneglogsoftmax(x, v: int) -> Expression:
+    """-log softmax(x)[v], shape (1,)."""
+    s = _shape(x)
+    _index_in("pickneglogsoftmax", x, v, s[0])
+    return _op(OPS["pickneglogsoftmax"], x, data=int(v))
+
+
+def hinge(x, index: int, m: float = 1.0) -> Expression:
+    s = _shape(x)
+    _index_in("hinge", x, index, s[0])
+    return _op(OPS["hinge"], x, attr=float(m), data=int(index))
+
+
+def pick(x, index: int, dim: int = 0) -> Expression:
+    """Element (vector) or slice (matrix) ``index`` along dimension ``dim``."""
+    s = _shape(x)
+    if not 0 <= dim < len(s):
+        raise GraphError(f"pick: dimension {dim} out of range for shape {s} [at {user_line()}]")
+    _index_in("pick", x, index, s[dim])
+    return _op(OPS["pick"], x, attr=int(dim), data=int(index))
+
+
+def pickrange(x, s: int, e: int, d: int = 0) -> Expression:
+    return _op(OPS["pickrange"], x, attr=(int(s), int(e), int(d)))
+
+
+def select_rows(x, rows) -> Expression:
+    return _op(OPS["select_rows"], x, attr=tuple(int(r) for r in rows))
+
+
+def concatenate(xs: Sequence, d: int = 0) -> Expression:
+    xs = list(xs)
+    return _opl(OPS["concatenate"], xs, attr=int(d))
+
+
+def concatenate_cols(xs: Sequence) -> Expression:
+    return _opl(OPS["concatenate_cols"], list(xs))
+
+
+def reshape(x, d) -> Expression:
+    return _op(OPS["reshape"], x, attr=_dim(d))
+
+
+# --- randomness ------------------------------------------------------------------------
+def _seed(g) -> int:
+    return (g.seed << 24) ^ len(g.ops)
+
+
+def dropout(x, p: float) -> Expression:
+    """Inverted dropout; the identity when p == 0 or dropout is switched off."""
+    if not 0 <= p < 1:
+        raise GraphError(f"dropout: rate must be in [0, 1), got {p} [at {user_line()}]")
+    if p == 0 or not _S.dropout:
+        return x if type(x) is Expression else parameter(x)
+    g = _graph()
+    return g.add(OPS["dropout"], (_id(x, g),), float(p), _seed(g))
+
+
+def noise(x, stddev: float) -> Expression:
+    g = _graph()
+    return g.add(OPS["noise"], (_id(x, g),), float(stddev), _seed(g))
+
+
+# --- operators on Expression ------------------------------------------------------------
+def _num(c):
+    return isinstance(c, numbers.Real) and not isinstance(c, bool)
+
+
+def _add(a, b):
+    if _num(b):
+        return _op(_SCALE, a, attr=(1.0, float(b)))
+    if _num(a):
+        return _op(_SCALE, b, attr=(1.0, float(a)))
+    return _op(_ADD, a, b)
+
+
+def _sub(a, b):
+    if _num(b):
+        return _op(_SCALE, a, attr=(1.0, -float(b)))
+    if _num(a):
+        return _op(_SCALE, b, attr=(-1.0, float(a)))
+    return _op(_SUB, a, b)
+
+
+def _mul(a, b):
+    if _num(b):
+        return _op(_SCALE, a, attr=(float(b), 0.0))
+    if _num(a):
+        return _op(_SCALE, b, attr=(float(a), 0.0))
+    return _matmul(a, b)
+
+
+def _div(a, b):
+    if _num(b):
+        return _op(_SCALE, a, attr=(1.0 / float(b), 0.0))
+    if _num(a):
+        return _op(_SDIV, b, attr=float(a))
+    return _op(_CDIV, a, b)
+
+
+def _getitem(x, k):
+    if isinstance(k, slice):
+        n = _shape(x)[0]
+        s, e, step = k.indices(n)
+        if step != 1:
+            raise GraphError(f"slicing with a step is not supported [at {user_line()}]")
+        return pickrange(x, s, e)
+    return pick(x, int(k))
+
+
+Expression.__add__ = _add
+Expression.__radd__ = lambda self, o: _add(o, self)
+Expression.__sub__ = _sub
+Expression.__rsub__ = lambda self, o: _sub(o, self)
+Expression.__mul__ = _mul
+Expression.__rmul__ = lambda self, o: _mul(o, self)
+Expression.__truediv__ = _div
+Expression.__rtruediv__ = lambda self, o: _div(o, self)
+Expression.__neg__ = lambda self: _op(_SCALE, self, attr=(-1.0, 0.0))
+Expression.__getitem__ = _getitem

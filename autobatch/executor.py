@@ -1,0 +1,282 @@
+"""Runs batches: gathers each stacked input into one contiguous block (or takes a
+view when the inputs already lie contiguous and in order), calls the op's batched
+kernel, and writes the output block into the graph's value arena. Backward walks
+the same batches in reverse over a gradient arena of the same layout.
+
+Knows ops only through the protocol in ops/base.py."""
+from __future__ import annotations
+
+import time
+
+from .errors import GraphError, NonFiniteError, user_line
+from .ops import RowGrad
+from .scheduler import schedule
+
+
+class Batch:
+    __slots__ = ("ids", "op", "attr", "data", "xs", "ins", "out", "n", "y", "need", "first")
+
+
+class Executor:
+    def __init__(self, graph):
+        self.g = graph
+        self.be = graph.backend
+        self.xp = graph.xp
+        self.buf = self.xp.empty(1 << 14, dtype=graph.dtype)
+        self.top = 0
+        self.offs: list = []      # node -> arena offset (-1: not computed or external)
+        self.done = 0             # nodes [0, done) are computed
+        self.batches: list = []
+
+    def release(self):
+        self.buf = None
+        self.batches = []
+
+    def mark_external(self, n):
+        self._grow_offs(n + 1)
+
+    def _grow_offs(self, n):
+        if len(self.offs) < n:
+            self.offs.extend([-1] * (n - len(self.offs)))
+
+    def _alloc(self, n):
+        top = self.top
+        if top + n > self.buf.shape[0]:
+            new = self.xp.empty(max(2 * self.buf.shape[0], top + n), dtype=self.buf.dtype)
+            new[:top] = self.buf[:top]
+            self.buf = new
+        self.top = top + n
+        return top
+
+    # --- values -------------------------------------------------------------
+    def value(self, i):
+        p = self.g.ext.get(i)
+        if p is not None:
+            return p.value
+        o = self.offs[i]
+        return self.buf[o:o + self.g.sizes[i]].reshape(self.g.shapes[i])
+
+    # --- forward --------------------------------------------------------------
+    def forward(self, hi):
+        lo = self.done
+        if hi <= lo:
+            return
+        g, st = self.g, self.g.stats
+        t0 = time.perf_counter()
+        st._build_s += t0 - g._t_mark
+        self._grow_offs(hi)
+        plan = schedule(g.strategy, lo, hi, g.sigs, g.depths, g.args, g.heavy_of_sig)
+        t1 = time.perf_counter()
+        nb0, top0 = len(self.batches), self.top
+        try:
+            for ids in plan:
+                self._run(ids)
+        except Exception:
+            # undo this forward so that the graph stays usable after the error
+            for b in self.batches[nb0:]:
+                for i in b.ids:
+                    self.offs[i] = -1
+            del self.batches[nb0:]
+            self.top = top0
+            raise
+        finally:
+            t2 = time.perf_counter()
+            st.schedule_s += t1 - t0
+            st.forward_s += t2 - t1
+            st.engine_s += t2 - t0
+            st.forward_calls += 1
+            g._t_mark = t2
+        self.done = hi
+        st.forward_batches += len(plan)
+        st.forward_nodes += sum(len(ids) for ids in plan)
+
+    def _gather(self, srcs, shape, sizes_flat):
+        """Stacked input from the nodes srcs: returns (array, scatter info)."""
+        offs = self.offs
+        o = [offs[a] for a in srcs]
+        st = self.g.stats
+        if sizes_flat is not None:           # elementwise batch of mixed sizes
+            xp = self.xp
+            idx = xp.concatenate([xp.arange(a, a + s) for a, s in zip(o, sizes_flat)]) if -1 not in o else None
+            if idx is None:
+                x = xp.concatenate([self.value(a).reshape(-1) for a in srcs])
+            else:
+                x = self.buf[idx]
+            st.copies_done += 1
+            return x, ("flat", srcs, idx)
+        B = len(o)
+        size = self.g.sizes[srcs[0]]
+        if -1 in o:                            # some sources live outside the arena
+            if srcs.count(srcs[0]) == B:       # one parameter for every node: broadcast, no copy
+                st.copies_skipped += 1
+                return self.xp.broadcast_to(self.value(srcs[0]), (B,) + shape), ("bcast", srcs, None)
+            st.copies_done += 1
+            return self.xp.stack([self.value(a) for a in srcs]), ("ext", srcs, None)
+        o0 = o[0]
+        if B == 1 or o == list(range(o0, o0 + B * size, size)):
+            st.copies_skipped += 1
+            return self.buf[o0:o0 + B * size].reshape((B,) + shape), ("view", srcs, o0)
+        st.copies_done += 1
+        return self.be.gather(self.buf, o, size).reshape((B,) + shape), ("gather", srcs, o)
+
+    def _run(self, ids):
+        g = self.g
+        i0 = ids[0]
+        op = g.ops[i0]
+        a0 = g.args[i0]
+        B = len(ids)
+        shared = op.shared_of(len(a0))
+        sizes_flat = None
+        if op.elementwise and B > 1:
+            sz = g.sizes
+            s0 = sz[i0]
+            for i in ids:
+                if sz[i] != s0:
+                    sizes_flat = [sz[i] for i in ids]
+                    break
+        xs, ins = [], []
+        args = g.args
+        for j, a in enumerate(a0):
+            if j in shared:
+                xs.append(self.value(a))
+                ins.append(None)
+            else:
+                srcs = [a] if B == 1 else [args[i][j] for i in ids]
+                x, info = self._gather(srcs, g.shapes[a], sizes_flat)
+                xs.append(x)
+                ins.append(info)
+        data = [g.datas[i] for i in ids] if op.has_data else None
+        attr = g.attrs[i0]
+        y = op.forward(self.xp, xs, attr, data)
+        if y.dtype != self.buf.dtype:
+            y = y.astype(self.buf.dtype)
+        n = y.size
+        off = self._alloc(n)
+        view = self.buf[off:off + n]
+        view[...] = y.reshape(-1)
+        offs = self.offs
+        if sizes_flat is None:
+            s = n // B
+            for k, i in enumerate(ids):
+                offs[i] = off + k * s
+        else:
+            k = off
+            for i, s in zip(ids, sizes_flat):
+                offs[i] = k
+                k += s
+        b = Batch()
+        b.ids, b.op, b.attr, b.data, b.xs, b.ins = ids, op, attr, data, xs, ins
+        b.out, b.n, b.y = off, n, view.reshape(y.shape)
+        needs = g.needs
+        b.need = any([needs[i] for i in ids])
+        b.first = min(ids)
+        self.batches.append(b)
+        g.stats.sizes[g.sig_name(g.sigs[i0])].append(B)
+
+    # --- backward -------------------------------------------------------------
+    def backward(self, i):
+        g, st, xp = self.g, self.g.stats, self.xp
+        t0 = time.perf_counter()
+        st._build_s += max(0.0, t0 - g._t_mark)
+        if g.sizes[i] != 1:
+            raise GraphError(f"backward() needs a scalar loss; {g.describe(i)} [at {user_line()}]")
+        loss = self.value(i)
+        if not bool(xp.isfinite(loss).all()):
+            raise NonFiniteError(self._non_finite_message(i))
+        gbuf = xp.zeros(self.top, dtype=self.buf.dtype)
+        if i not in g.ext:
+            gbuf[self.offs[i]] = 1
+        needs = g.needs
+        nb = 0
+        for b in reversed(self.batches):
+            if not b.need or b.first > i:
+                continue
+            nb += 1
+            gy = gbuf[b.out:b.out + b.n].reshape(b.y.shape)
+            grads = b.op.backward(xp, b.xs, b.y, gy, b.attr, b.data)
+            a0 = g.args[b.ids[0]]
+            for j, gr in enumerate(grads):
+                if gr is None:
+                    continue
+                info = b.ins[j]
+                if info is None:
+                    a = a0[j]
+                    if needs[a]:
+                        self._add_shared(gbuf, a, gr)
+                    continue
+                srcs = info[1]
+                if not any([needs[s] for s in srcs]):
+                    continue
+                self._scatter(gbuf, info, gr)
+        t1 = time.perf_counter()
+        st.backward_batches += nb
+        st.backward_s += t1 - t0
+        st.engine_s += t1 - t0
+        st.backward_calls += 1
+        g._t_mark = t1
+
+    def _add_shared(self, gbuf, a, gr):
+        p = self.g.ext.get(a)
+        if p is not None:
+            if isinstance(gr, RowGrad):
+                self.be.add_rows(p.grad, gr.rows, gr.vals)
+                if hasattr(p, "rows_used"):
+                    p.rows_used.append(gr.rows)
+            else:
+                p.grad += gr.reshape(p.grad.shape)
+            p.touched = True
+            return
+        o = self.offs[a]
+        size = self.g.sizes[a]
+        if isinstance(gr, RowGrad):
+            table = gbuf[o:o + size].reshape(self.g.shapes[a])
+            self.be.add_rows(table, gr.rows, gr.vals)
+        else:
+            gbuf[o:o + size] += gr.reshape(-1)
+
+    def _scatter(self, gbuf, info, gr):
+        kind, srcs, where = info
+        if kind == "view":
+            gbuf[where:where + gr.size] += gr.reshape(-1)
+        elif kind == "gather":
+            size = gr.size // len(srcs)
+            self.be.scatter_add(gbuf, where, size, gr, len(set(where)) == len(where))
+        elif kind == "bcast":
+            a = srcs[0]
+            self._add_shared(gbuf, a, gr.sum(axis=0))
+        elif kind == "flat" and where is not None:
+            self.be.scatter_add(gbuf, where, 1, gr, len(set(srcs)) == len(srcs))
+        else:                                   # sources outside the arena: node by node
+            g = self.g
+            flat = gr.reshape(-1)
+            k = 0
+            for a in srcs:
+                s = g.sizes[a]
+                piece = flat[k:k + s]
+                k += s
+                p = g.ext.get(a)
+                if p is not None:
+                    if g.needs[a]:
+                        p.grad += piece.reshape(p.grad.shape)
+                        p.touched = True
+                else:
+                    o = self.offs[a]
+                    gbuf[o:o + s] += piece
+
+    def _non_finite_message(self, i):
+        g, xp = self.g, self.xp
+        culprit = None
+        for b in self.batches:
+            if not bool(xp.isfinite(b.y).all()):
+                flat = b.y.reshape(-1)
+                bad = int(xp.argmax(~xp.isfinite(flat)))
+                for n in b.ids:
+                    o = self.offs[n]
+                    if o - b.out <= bad < o - b.out + g.sizes[n]:
+                        culprit = n
+                        break
+                break
+        msg = f"backward() on a non-finite loss ({g.describe(i)}) [at {user_line()}]"
+        if culprit is not None:
+            msg += f"; the first non-finite value appears at {g.describe(culprit)}"
+        return msg

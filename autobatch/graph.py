@@ -1,0 +1,265 @@
+"""The lazy computation graph: columnar node storage, Expression handles, and the
+forward/backward entry points that hand batches to the executor.
+
+Nodes live in parallel Python lists indexed by node id (op, args, attr, data,
+shape, size, signature, depth, arena offset). Ids are topological: arguments
+always precede their users, so "everything up to node i" is a closed set."""
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+from . import runtime
+from .errors import GraphError, StaleExpressionError, user_line
+from .executor import Executor
+from .ops import OPS, ShapeError
+from .runtime import Strategy, parse_strategy
+from .stats import Stats
+
+# (op, input shapes, attr) -> (out shape, size, base signature id, shared input indices)
+_RULES: dict = {}
+_BASE_SIGS: dict = {}
+_GRAPH_IDS = itertools.count(1)
+
+
+def _rule(op, ins, attr):
+    key = (op, ins, attr)
+    r = _RULES.get(key)
+    if r is None:
+        try:
+            out = tuple(op.shape(ins, attr))
+        except ShapeError as e:
+            raise GraphError(f"{e} [op {op.name}, input shapes {list(ins)}, at {user_line()}]") from None
+        size = 1
+        for d in out:
+            size *= d
+        base = (op.name, op.sig(ins, attr)) if op.batchable else None
+        if base is not None:
+            base = _BASE_SIGS.setdefault(base, len(_BASE_SIGS))
+        r = _RULES[key] = (out, size, base, op.shared_of(len(ins)))
+    return r
+
+
+class ComputationGraph:
+    """One graph: created by ``renew_cg()``; usable as a context manager."""
+
+    def __init__(self, strategy=None):
+        rt = runtime.state()
+        self.strategy: Strategy = parse_strategy(strategy) if strategy is not None else rt.strategy
+        self.backend = rt.backend
+        self.xp = self.backend.xp
+        self.dtype = rt.dtype
+        self.gid = next(_GRAPH_IDS)
+        rt.graph_seed += 1
+        self.seed = (rt.seed * 1000003 + rt.graph_seed) & 0xFFFFFFFF
+        self.alive = True
+        self.ops: list = []
+        self.args: list = []
+        self.attrs: list = []
+        self.datas: list = []
+        self.shapes: list = []
+        self.sizes: list = []
+        self.sigs: list = []
+        self.depths: list = []
+        self.needs: list = []
+        self.ext: dict = {}         # node -> Parameter (its value lives outside the arena)
+        self.pnode: dict = {}       # (id(param), update) -> node
+        self._sigtab: dict = {}     # per-graph signature interning (shared node ids are per graph)
+        self.sig_op: list = []      # signature -> op (tie-breaks, stats)
+        self.stats = Stats()
+        self.exe = Executor(self)
+        self._t_mark = time.perf_counter()
+
+    # --- context manager ----------------------------------------------------
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    # --- building -------------------------------------------------------------
+    def add(self, op, args: tuple, attr: Any = None, data: Any = None) -> "Expression":
+        """Append a node; shape rule and signature come from a cache keyed by
+        (op, input shapes, attr), so a repeated pattern costs a dict lookup."""
+        shapes = self.shapes
+        ins = tuple([shapes[a] for a in args])
+        r = _RULES.get((op, ins, attr)) or _rule(op, ins, attr)
+        base = r[2]
+        if base is None:
+            key = ("alone", len(self.ops))
+        elif r[3]:
+            key = (base,) + tuple([args[j] for j in r[3]])
+        else:
+            key = base
+        sig = self._sigtab.get(key)
+        if sig is None:
+            sig = self._sigtab[key] = len(self.sig_op)
+            self.sig_op.append(op)
+        depths = self.depths
+        needs = self.needs
+        if args:
+            d = 0
+            need = False
+            for a in args:
+                if depths[a] > d:
+                    d = depths[a]
+                if needs[a]:
+                    need = True
+            depths.append(d + 1)
+            needs.append(need and op.differentiable)
+        else:
+            depths.append(1)
+            needs.append(False)
+        n = len(self.ops)
+        self.ops.append(op)
+        self.args.append(args)
+        self.attrs.append(attr)
+        self.datas.append(data)
+        shapes.append(r[0])
+        self.sizes.append(r[1])
+        self.sigs.append(sig)
+        return Expression(self, n)
+
+    def param_expr(self, p, update: bool = True) -> "Expression":
+        """The node of parameter p in this graph (one per parameter and graph)."""
+        key = (id(p), update)
+        n = self.pnode.get(key)
+        if n is None:
+            n = len(self.ops)
+            self.pnode[key] = n
+            self.ext[n] = p
+            self.ops.append(None)
+            self.args.append(())
+            self.attrs.append(None)
+            self.datas.append(None)
+            self.shapes.append(tuple(p.value.shape))
+            self.sizes.append(int(p.value.size))
+            self.sigs.append(-1)
+            self.depths.append(0)
+            self.needs.append(bool(update))
+            self.exe.mark_external(n)
+        return Expression(self, n)
+
+    # --- running ----------------------------------------------------------------
+    def forward_to(self, i: int) -> None:
+        """Compute every node up to and including i that is not computed yet."""
+        if not self.alive:
+            raise StaleExpressionError("this computation graph was renewed; its expressions can no longer be evaluated")
+        self.exe.forward(i + 1)
+
+    def backward_from(self, i: int, full: bool = False) -> None:
+        self.forward_to(i)
+        self.exe.backward(i)
+
+    def value_of(self, i: int):
+        self.forward_to(i)
+        return self.exe.value(i)
+
+    def heavy_of_sig(self, s: int) -> bool:
+        return self.sig_op[s].heavy
+
+    def sig_name(self, s: int) -> str:
+        op = self.sig_op[s]
+        return f"{op.name}#{s}"
+
+    def node_count(self) -> int:
+        return len(self.ops)
+
+    def describe(self, i: int) -> str:
+        op = self.ops[i]
+        name = "parameter" if op is None else op.name
+        ins = [self.shapes[a] for a in self.args[i]]
+        return f"node {i} ({name}, input shapes {ins}, output shape {self.shapes[i]})"
+
+
+class Expression:
+    """A handle to one node of one graph. Cheap: two slots."""
+
+    __slots__ = ("cg", "i")
+
+    def __init__(self, cg: ComputationGraph, i: int):
+        self.cg = cg
+        self.i = i
+
+    # --- values -----------------------------------------------------------------
+    def _check(self):
+        if not self.cg.alive:
+            raise StaleExpressionError(
+                f"Expression {self.i} belongs to a computation graph that was renewed "
+                f"(renew_cg() was called after it was built), at {user_line()}")
+
+    def forward(self) -> None:
+        self._check()
+        self.cg.forward_to(self.i)
+
+    def npvalue(self):
+        """The value as a NumPy array (a copy; on the host for CuPy)."""
+        self._check()
+        return self.cg.backend.to_host(self.cg.value_of(self.i)).copy()
+
+    def value(self):
+        """A float for one-element values, else a (nested) list, as in DyNet."""
+        v = self.npvalue()
+        if v.size == 1:
+            return float(v.reshape(()))
+        return v.tolist()
+
+    def scalar_value(self) -> float:
+        v = self.npvalue()
+        if v.size != 1:
+            raise GraphError(f"scalar_value() on an expression of shape {v.shape} [at {user_line()}]")
+        return float(v.reshape(()))
+
+    def vec_value(self) -> list:
+        return self.npvalue().reshape(-1, order="F").tolist()
+
+    def tensor_value(self):
+        return self.npvalue()
+
+    def dim(self):
+        """(shape, batch size) as in DyNet; batch size is always 1 here."""
+        self._check()
+        return (self.cg.shapes[self.i], 1)
+
+    def backward(self, full: bool = False) -> None:
+        """Accumulate d(self)/d(parameter) into every parameter's gradient."""
+        self._check()
+        self.cg.backward_from(self.i, full)
+
+    def incremental_forward(self) -> None:
+        self.forward()
+
+    def __repr__(self):
+        return f"Expression(node={self.i}, shape={self.cg.shapes[self.i]})"
+
+    # --- arithmetic (defined in api.py to keep the op wiring in one place) --------
+
+
+_current: ComputationGraph | None = None
+
+
+def cg() -> ComputationGraph:
+    """The current graph (one is created on first use)."""
+    g = runtime.state().graph
+    if g is None:
+        g = renew_cg()
+    return g
+
+
+def renew_cg(autobatching=None, immediate_compute: bool = False, check_validity: bool = False) -> ComputationGraph:
+    """Start a new graph; expressions of the old one become stale.
+
+    autobatching: None (the default strategy), "none"|"depth"|"agenda", a Strategy,
+    DyNet's 0/1/2 or a bool."""
+    rt = runtime.state()
+    if rt.graph is not None:
+        rt.graph.alive = False
+        rt.graph.exe.release()
+    rt.graph = ComputationGraph(autobatching)
+    return rt.graph
+
+
+def lookup(p, index, update: bool = True) -> Expression:
+    from .api import lookup as _lookup
+    return _lookup(p, index, update)

@@ -1,0 +1,91 @@
+"""The op protocol: every operation is one small class, and nothing else in the
+engine knows any op by name.
+
+Layout conventions for the batched kernels:
+- a *stacked* input arrives as one array of shape ``(B, *node_shape)``: row b belongs
+  to the b-th node of the batch;
+- a *shared* input is the same node for every node of the batch (a parameter ``W``
+  of ``W·x``, the table ``E`` of a lookup) and arrives once, with its own shape;
+- elementwise ops may also receive a flat ``(N,)`` block when the batch mixes shapes,
+  so their kernels must not depend on the layout.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+OPS: dict[str, "Op"] = {}
+
+
+def register(cls):
+    """Class decorator: instantiate the op once and put it in the registry."""
+    op = cls()
+    if op.name in OPS:
+        raise ValueError(f"op {op.name!r} registered twice")
+    OPS[op.name] = op
+    return op
+
+
+class RowGrad:
+    """A sparse gradient for a shared table: ``grad[rows[k]] += vals[k]``.
+
+    Lookups return this instead of a dense (V, d) array, so that one batched
+    lookup costs O(B·d) in backward, not O(V·d), and sparse updates know which
+    rows were touched.
+    """
+
+    __slots__ = ("rows", "vals")
+
+    def __init__(self, rows, vals):
+        self.rows = rows
+        self.vals = vals
+
+
+class Op:
+    """Base class. Subclasses set the class attributes and override the methods.
+
+    name        -- unique op name (also the gradcheck table key)
+    shared      -- indices of inputs that are shared across the batch; the engine
+                   puts their node ids into the signature, all others are stacked
+    elementwise -- the signature ignores shapes and the kernel accepts flat blocks
+    heavy       -- agenda tie-break: cheap ops run before heavy ones at equal priority
+    batchable   -- False: every node runs alone
+    differentiable -- False: backward is never called (inputs, constants)
+    has_data    -- nodes carry per-node data (an index, a vector) that the kernel
+                   receives as a list of length B; it is not part of the signature
+    """
+
+    name = "?"
+    shared: tuple[int, ...] = ()
+    elementwise = False
+    heavy = False
+    batchable = True
+    differentiable = True
+    has_data = False
+
+    def shared_of(self, n_inputs: int) -> tuple[int, ...]:
+        """Which inputs are shared, for a node with n_inputs inputs."""
+        return self.shared
+
+    def shape(self, shapes: Sequence[tuple], attr: Any) -> tuple:
+        """Output shape from input shapes; raise ShapeError on a mismatch."""
+        raise NotImplementedError
+
+    def sig(self, shapes: Sequence[tuple], attr: Any) -> Any:
+        """The hashable part of the signature beyond the op and shared-input ids."""
+        if self.elementwise:
+            return attr
+        return (tuple(shapes), attr)
+
+    def forward(self, xp, xs: list, attr: Any, data: list | None):
+        """Batched forward over B nodes: returns an array (B, *out_shape) (or a flat
+        block of the same layout as the inputs for elementwise ops)."""
+        raise NotImplementedError
+
+    def backward(self, xp, xs: list, y, gy, attr: Any, data: list | None) -> list:
+        """One gradient per input (same layout as the input; shared inputs get the
+        gradient summed over the batch, or a RowGrad), None where not needed."""
+        raise NotImplementedError
+
+
+class ShapeError(ValueError):
+    """Raised by shape rules; the graph adds the op, shapes and user line."""

@@ -1,0 +1,246 @@
+"""Elementwise ops. Their signature is the op kind (plus constants), never the
+shape: tanh of a 256-vector and of a 32-vector run in one kernel over a flat block."""
+from __future__ import annotations
+
+from .base import Op, ShapeError, register
+
+
+class Unary(Op):
+    elementwise = True
+
+    def shape(self, shapes, attr):
+        return shapes[0]
+
+
+def _same(name, shapes):
+    s0 = shapes[0]
+    for s in shapes[1:]:
+        if s != s0:
+            raise ShapeError(f"{name}: all inputs must have the same shape, got "
+                             + ", ".join(str(s) for s in shapes))
+    return s0
+
+
+class NAry(Op):
+    elementwise = True
+
+    def shape(self, shapes, attr):
+        return _same(self.name, shapes)
+
+
+@register
+class Tanh(Unary):
+    name = "tanh"
+
+    def forward(self, xp, xs, attr, data):
+        return xp.tanh(xs[0])
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        return [gy * (1 - y * y)]
+
+
+@register
+class Logistic(Unary):
+    name = "logistic"
+
+    def forward(self, xp, xs, attr, data):
+        # 0.5·(tanh(x/2)+1) is the logistic without exp overflow for large |x|
+        y = xp.tanh(xs[0] * 0.5)
+        y += 1
+        y *= 0.5
+        return y
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        return [gy * y * (1 - y)]
+
+
+@register
+class Rectify(Unary):
+    name = "rectify"
+
+    def forward(self, xp, xs, attr, data):
+        return xp.maximum(xs[0], 0)
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        return [gy * (xs[0] > 0)]
+
+
+@register
+class Elu(Unary):
+    name = "elu"
+
+    def forward(self, xp, xs, attr, data):
+        x = xs[0]
+        return xp.where(x > 0, x, attr * xp.expm1(xp.minimum(x, 0)))
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        return [gy * xp.where(xs[0] > 0, 1, y + attr)]
+
+
+@register
+class Exp(Unary):
+    name = "exp"
+
+    def forward(self, xp, xs, attr, data):
+        return xp.exp(xs[0])
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        return [gy * y]
+
+
+@register
+class Log(Unary):
+    name = "log"
+
+    def forward(self, xp, xs, attr, data):
+        return xp.log(xs[0])
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        return [gy / xs[0]]
+
+
+@register
+class Sqrt(Unary):
+    name = "sqrt"
+
+    def forward(self, xp, xs, attr, data):
+        return xp.sqrt(xs[0])
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        return [gy * 0.5 / y]
+
+
+@register
+class Square(Unary):
+    name = "square"
+
+    def forward(self, xp, xs, attr, data):
+        return xs[0] * xs[0]
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        return [2 * gy * xs[0]]
+
+
+@register
+class Abs(Unary):
+    name = "abs"
+
+    def forward(self, xp, xs, attr, data):
+        return xp.abs(xs[0])
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        return [gy * xp.sign(xs[0])]
+
+
+@register
+class ScaleShift(Unary):
+    """y = a·x + b with constants (a, b): covers -x, x*2, x+1, 1-x."""
+    name = "scale_shift"
+
+    def forward(self, xp, xs, attr, data):
+        a, b = attr
+        y = xs[0] * a if a != 1 else xs[0].copy()
+        if b:
+            y += b
+        return y
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        return [gy * attr[0]]
+
+
+@register
+class ScalarDiv(Unary):
+    """y = c / x for a constant c (``2 / x``)."""
+    name = "scalar_div"
+
+    def forward(self, xp, xs, attr, data):
+        return attr / xs[0]
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        return [-gy * y / xs[0]]
+
+
+@register
+class Add(NAry):
+    """esum: any number of same-shape inputs (``a + b`` is the 2-input case)."""
+    name = "add"
+
+    def forward(self, xp, xs, attr, data):
+        y = xs[0] + xs[1] if len(xs) > 1 else xs[0].copy()
+        for x in xs[2:]:
+            y += x
+        return y
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        return [gy] * len(xs)
+
+
+@register
+class Sub(NAry):
+    name = "sub"
+
+    def forward(self, xp, xs, attr, data):
+        return xs[0] - xs[1]
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        return [gy, -gy]
+
+
+@register
+class CMult(NAry):
+    name = "cmult"
+
+    def forward(self, xp, xs, attr, data):
+        return xs[0] * xs[1]
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        return [gy * xs[1], gy * xs[0]]
+
+
+@register
+class CDiv(NAry):
+    name = "cdiv"
+
+    def forward(self, xp, xs, attr, data):
+        return xs[0] / xs[1]
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        g0 = gy / xs[1]
+        return [g0, -g0 * y]
+
+
+@register
+class Average(NAry):
+    name = "average"
+
+    def forward(self, xp, xs, attr, data):
+        y = xs[0] + xs[1] if len(xs) > 1 else xs[0].copy()
+        for x in xs[2:]:
+            y += x
+        y *= 1.0 / len(xs)
+        return y
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        g = gy * (1.0 / len(xs))
+        return [g] * len(xs)
+
+
+@register
+class EMax(NAry):
+    """Elementwise max of several inputs; the gradient goes to the first argmax."""
+    name = "emax"
+
+    def forward(self, xp, xs, attr, data):
+        y = xs[0]
+        for x in xs[1:]:
+            y = xp.maximum(y, x)
+        return y
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        taken = xp.zeros(y.shape, dtype=bool)
+        out = []
+        for x in xs:
+            m = (x == y) & ~taken
+            taken |= m
+            out.append(gy * m)
+        return out

@@ -1,0 +1,151 @@
+"""Products. ``W·x`` with a shared W is the op that batching is really for: the
+stacked x's become one matrix and the batch costs one GEMM."""
+from __future__ import annotations
+
+from .base import Op, ShapeError, register
+
+
+def _mv_shape(name, w, x):
+    if len(w) != 2 or len(x) not in (1, 2) or w[1] != x[0]:
+        raise ShapeError(f"{name}: cannot multiply {w} by {x} "
+                         f"(needs W of shape (m, n) and x of shape (n,) or (n, k))")
+    return (w[0],) + x[1:]
+
+
+def _wx(xp, w, x):
+    """W (m,n) times a stack X (B,n) or (B,n,k)."""
+    if x.ndim == 2:
+        return x @ w.T
+    return xp.matmul(w, x)
+
+
+def _wx_backward(xp, w, x, gy):
+    """Gradients of W·X for shared W: gW summed over the batch in one GEMM."""
+    if x.ndim == 2:
+        return gy.T @ x, gy @ w
+    b, n, k = x.shape
+    gw = gy.transpose(1, 0, 2).reshape(gy.shape[1], b * k) @ x.transpose(0, 2, 1).reshape(b * k, n)
+    return gw, xp.matmul(w.T, gy)
+
+
+@register
+class MatMulShared(Op):
+    """W·x where W is one node for the whole batch (a parameter)."""
+    name = "matmul_shared"
+    shared = (0,)
+    heavy = True
+
+    def shape(self, shapes, attr):
+        return _mv_shape(self.name, shapes[0], shapes[1])
+
+    def forward(self, xp, xs, attr, data):
+        return _wx(xp, xs[0], xs[1])
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        gw, gx = _wx_backward(xp, xs[0], xs[1], gy)
+        return [gw, gx]
+
+
+@register
+class MatMul(Op):
+    """A·x with a different A per node: a batched matmul (dimension-sensitive signature)."""
+    name = "matmul"
+    heavy = True
+
+    def shape(self, shapes, attr):
+        a, x = shapes
+        if len(a) == 1 and len(x) == 2 and x[0] == 1:
+            return (a[0], x[1])           # outer product u·vᵀ
+        return _mv_shape(self.name, a, x)
+
+    def forward(self, xp, xs, attr, data):
+        a, x = xs
+        if a.ndim == 2:
+            return a[:, :, None] * x       # (B,m)·(B,1,k) outer products
+        if x.ndim == 2:
+            return xp.matmul(a, x[:, :, None])[:, :, 0]
+        return xp.matmul(a, x)
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        a, x = xs
+        if a.ndim == 2:
+            return [(gy * x).sum(axis=2), (a[:, :, None] * gy).sum(axis=1, keepdims=True)]
+        if x.ndim == 2:
+            return [gy[:, :, None] * x[:, None, :], xp.matmul(a.transpose(0, 2, 1), gy[:, :, None])[:, :, 0]]
+        return [xp.matmul(gy, x.transpose(0, 2, 1)), xp.matmul(a.transpose(0, 2, 1), gy)]
+
+
+@register
+class Affine(Op):
+    """b + W1·x1 + W2·x2 + …, with b and the W's shared and the x's stacked."""
+    name = "affine"
+    heavy = True
+
+    def shared_of(self, n):
+        return (0,) + tuple(range(1, n, 2))
+
+    def shape(self, shapes, attr):
+        if len(shapes) < 3 or len(shapes) % 2 == 0:
+            raise ShapeError(f"affine_transform needs [b, W1, x1, W2, x2, ...], got {len(shapes)} inputs")
+        b = shapes[0]
+        for k in range(1, len(shapes), 2):
+            out = _mv_shape("affine_transform", shapes[k], shapes[k + 1])
+            if out != b:
+                raise ShapeError(f"affine_transform: W{k // 2 + 1}·x{k // 2 + 1} has shape {out} "
+                                 f"but b has shape {b}")
+        return b
+
+    def forward(self, xp, xs, attr, data):
+        y = _wx(xp, xs[1], xs[2])
+        for k in range(3, len(xs), 2):
+            y += _wx(xp, xs[k], xs[k + 1])
+        y += xs[0]
+        return y
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        out = [gy.sum(axis=0)]
+        for k in range(1, len(xs), 2):
+            out.extend(_wx_backward(xp, xs[k], xs[k + 1], gy))
+        return out
+
+
+@register
+class Transpose(Op):
+    name = "transpose"
+
+    def shape(self, shapes, attr):
+        s = shapes[0]
+        if len(s) == 1:
+            return (1, s[0])
+        if len(s) != 2:
+            raise ShapeError(f"transpose: needs a vector or matrix, got {s}")
+        return (s[1], s[0])
+
+    def forward(self, xp, xs, attr, data):
+        x = xs[0]
+        if x.ndim == 2:
+            return x.reshape(x.shape[0], 1, x.shape[1])
+        return x.transpose(0, 2, 1)
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        x = xs[0]
+        if x.ndim == 2:
+            return [gy.reshape(x.shape)]
+        return [gy.transpose(0, 2, 1)]
+
+
+@register
+class DotProduct(Op):
+    name = "dot_product"
+
+    def shape(self, shapes, attr):
+        a, b = shapes
+        if a != b or len(a) != 1:
+            raise ShapeError(f"dot_product: needs two vectors of equal length, got {a} and {b}")
+        return (1,)
+
+    def forward(self, xp, xs, attr, data):
+        return (xs[0] * xs[1]).sum(axis=1, keepdims=True)
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        return [gy * xs[1], gy * xs[0]]

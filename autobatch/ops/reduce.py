@@ -1,0 +1,224 @@
+"""Reductions, softmax and losses. Their signatures include shapes: a row-wise
+reduction of a (B, n) block needs every node of the batch to have the same n."""
+from __future__ import annotations
+
+from .base import Op, ShapeError, register
+
+
+def _vector(name, s):
+    if len(s) != 1:
+        raise ShapeError(f"{name}: needs a vector, got shape {s}")
+    return s
+
+
+def _flat(x):
+    return x.reshape(x.shape[0], -1)
+
+
+@register
+class SumElems(Op):
+    name = "sum_elems"
+
+    def shape(self, shapes, attr):
+        return (1,)
+
+    def forward(self, xp, xs, attr, data):
+        return _flat(xs[0]).sum(axis=1, keepdims=True)
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        return [xp.broadcast_to(gy.reshape((-1,) + (1,) * (xs[0].ndim - 1)), xs[0].shape)]
+
+
+@register
+class MeanElems(Op):
+    name = "mean_elems"
+
+    def shape(self, shapes, attr):
+        return (1,)
+
+    def forward(self, xp, xs, attr, data):
+        return _flat(xs[0]).mean(axis=1, keepdims=True)
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        n = _flat(xs[0]).shape[1]
+        return [xp.broadcast_to(gy.reshape((-1,) + (1,) * (xs[0].ndim - 1)) / n, xs[0].shape)]
+
+
+@register
+class SquaredNorm(Op):
+    name = "squared_norm"
+
+    def shape(self, shapes, attr):
+        return (1,)
+
+    def forward(self, xp, xs, attr, data):
+        x = _flat(xs[0])
+        return (x * x).sum(axis=1, keepdims=True)
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        return [2 * xs[0] * gy.reshape((-1,) + (1,) * (xs[0].ndim - 1))]
+
+
+@register
+class L2Norm(Op):
+    name = "l2_norm"
+
+    def shape(self, shapes, attr):
+        return (1,)
+
+    def forward(self, xp, xs, attr, data):
+        x = _flat(xs[0])
+        return xp.sqrt((x * x).sum(axis=1, keepdims=True))
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        s = (gy / y).reshape((-1,) + (1,) * (xs[0].ndim - 1))
+        return [xs[0] * s]
+
+
+@register
+class SquaredDistance(Op):
+    name = "squared_distance"
+
+    def shape(self, shapes, attr):
+        if shapes[0] != shapes[1]:
+            raise ShapeError(f"squared_distance: shapes differ: {shapes[0]} and {shapes[1]}")
+        return (1,)
+
+    def forward(self, xp, xs, attr, data):
+        d = _flat(xs[0] - xs[1])
+        return (d * d).sum(axis=1, keepdims=True)
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        g = 2 * (xs[0] - xs[1]) * gy.reshape((-1,) + (1,) * (xs[0].ndim - 1))
+        return [g, -g]
+
+
+@register
+class MaxDim(Op):
+    """max over dimension d (attr); the gradient goes to the first argmax."""
+    name = "max_dim"
+
+    def shape(self, shapes, attr):
+        s = shapes[0]
+        if not 0 <= attr < len(s):
+            raise ShapeError(f"max_dim: dimension {attr} out of range for shape {s}")
+        out = s[:attr] + s[attr + 1:]
+        return out or (1,)
+
+    def forward(self, xp, xs, attr, data):
+        y = xs[0].max(axis=attr + 1)
+        return y.reshape(y.shape[0], -1) if y.ndim == 1 else y
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        x = xs[0]
+        idx = x.argmax(axis=attr + 1)
+        g = xp.zeros_like(x)
+        gy = gy.reshape(idx.shape)
+        xp.put_along_axis(g, xp.expand_dims(idx, attr + 1), xp.expand_dims(gy, attr + 1), axis=attr + 1)
+        return [g]
+
+
+def _log_softmax(xp, x):
+    m = x.max(axis=1, keepdims=True)
+    z = x - m
+    return z - xp.log(xp.exp(z).sum(axis=1, keepdims=True))
+
+
+@register
+class Softmax(Op):
+    """Softmax over dimension 0 of each node (per column for matrices, as in DyNet)."""
+    name = "softmax"
+
+    def shape(self, shapes, attr):
+        return shapes[0]
+
+    def forward(self, xp, xs, attr, data):
+        return xp.exp(_log_softmax(xp, xs[0]))
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        return [y * (gy - (gy * y).sum(axis=1, keepdims=True))]
+
+
+@register
+class LogSoftmax(Op):
+    name = "log_softmax"
+
+    def shape(self, shapes, attr):
+        return shapes[0]
+
+    def forward(self, xp, xs, attr, data):
+        return _log_softmax(xp, xs[0])
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        return [gy - xp.exp(y) * gy.sum(axis=1, keepdims=True)]
+
+
+@register
+class PickNegLogSoftmax(Op):
+    """-log softmax(x)[i] with the class i as per-node data."""
+    name = "pickneglogsoftmax"
+    has_data = True
+
+    def shape(self, shapes, attr):
+        _vector(self.name, shapes[0])
+        return (1,)
+
+    def forward(self, xp, xs, attr, data):
+        lp = _log_softmax(xp, xs[0])
+        rows = xp.arange(lp.shape[0])
+        return -lp[rows, xp.asarray(data)][:, None]
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        p = xp.exp(_log_softmax(xp, xs[0]))
+        rows = xp.arange(p.shape[0])
+        p[rows, xp.asarray(data)] -= 1
+        return [p * gy]
+
+
+@register
+class BinaryLogLoss(Op):
+    """-Σ [y·log x + (1-y)·log(1-x)] for probabilities x and targets y."""
+    name = "binary_log_loss"
+
+    def shape(self, shapes, attr):
+        if shapes[0] != shapes[1]:
+            raise ShapeError(f"binary_log_loss: shapes differ: {shapes[0]} and {shapes[1]}")
+        return (1,)
+
+    def forward(self, xp, xs, attr, data):
+        x, t = _flat(xs[0]), _flat(xs[1])
+        return -(t * xp.log(x) + (1 - t) * xp.log(1 - x)).sum(axis=1, keepdims=True)
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        x, t = xs
+        g = gy.reshape((-1,) + (1,) * (x.ndim - 1))
+        return [g * ((1 - t) / (1 - x) - t / x), g * (xp.log(1 - x) - xp.log(x))]
+
+
+@register
+class Hinge(Op):
+    """Σ_{j≠i} max(0, m - x[i] + x[j]) with the gold class i as data, margin m as attr."""
+    name = "hinge"
+    has_data = True
+
+    def shape(self, shapes, attr):
+        _vector(self.name, shapes[0])
+        return (1,)
+
+    def forward(self, xp, xs, attr, data):
+        x = xs[0]
+        rows = xp.arange(x.shape[0])
+        gold = xp.asarray(data)
+        v = xp.maximum(attr - x[rows, gold][:, None] + x, 0)
+        v[rows, gold] = 0
+        return v.sum(axis=1, keepdims=True)
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        x = xs[0]
+        rows = xp.arange(x.shape[0])
+        gold = xp.asarray(data)
+        act = (attr - x[rows, gold][:, None] + x) > 0
+        act[rows, gold] = False
+        g = act * gy
+        g[rows, gold] = -g.sum(axis=1)
+        return [g]

@@ -1,0 +1,143 @@
+"""Ops that move elements around: concatenation, slicing, picking, reshaping."""
+from __future__ import annotations
+
+from .base import Op, ShapeError, register
+
+
+@register
+class Concatenate(Op):
+    """concatenate(xs, d): join along dimension d (attr)."""
+    name = "concatenate"
+
+    def shape(self, shapes, attr):
+        d = attr
+        s0 = shapes[0]
+        if not 0 <= d < len(s0):
+            raise ShapeError(f"concatenate: dimension {d} out of range for shape {s0}")
+        for s in shapes[1:]:
+            if len(s) != len(s0) or s[:d] != s0[:d] or s[d + 1:] != s0[d + 1:]:
+                raise ShapeError(f"concatenate along {d}: incompatible shapes "
+                                 + ", ".join(str(s) for s in shapes))
+        return s0[:d] + (sum(s[d] for s in shapes),) + s0[d + 1:]
+
+    def forward(self, xp, xs, attr, data):
+        return xp.concatenate(xs, axis=attr + 1)
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        out, k = [], 0
+        for x in xs:
+            n = x.shape[attr + 1]
+            out.append(gy[(slice(None),) * (attr + 1) + (slice(k, k + n),)])
+            k += n
+        return out
+
+
+@register
+class ConcatenateCols(Op):
+    """concatenate_cols(vectors): the vectors become the columns of an (n, k) matrix."""
+    name = "concatenate_cols"
+
+    def shape(self, shapes, attr):
+        s0 = shapes[0]
+        for s in shapes:
+            if s != s0 or len(s) != 1:
+                raise ShapeError("concatenate_cols: needs vectors of equal length, got "
+                                 + ", ".join(str(s) for s in shapes))
+        return (s0[0], len(shapes))
+
+    def forward(self, xp, xs, attr, data):
+        return xp.stack(xs, axis=2)
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        return [gy[:, :, k] for k in range(len(xs))]
+
+
+@register
+class Reshape(Op):
+    name = "reshape"
+
+    def shape(self, shapes, attr):
+        n = 1
+        for d in shapes[0]:
+            n *= d
+        m = 1
+        for d in attr:
+            m *= d
+        if n != m:
+            raise ShapeError(f"reshape: cannot reshape {shapes[0]} ({n} elements) to {attr}")
+        return attr
+
+    def forward(self, xp, xs, attr, data):
+        return xs[0].reshape((xs[0].shape[0],) + attr)
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        return [gy.reshape(xs[0].shape)]
+
+
+@register
+class SelectRows(Op):
+    """select_rows(x, rows): rows of a matrix (or elements of a vector); rows in attr."""
+    name = "select_rows"
+
+    def shape(self, shapes, attr):
+        s = shapes[0]
+        for r in attr:
+            if not 0 <= r < s[0]:
+                raise ShapeError(f"select_rows: row {r} out of range for shape {s}")
+        return (len(attr),) + s[1:]
+
+    def forward(self, xp, xs, attr, data):
+        return xs[0][:, list(attr)]
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        g = xp.zeros_like(xs[0])
+        for k, r in enumerate(attr):   # rows may repeat: accumulate
+            g[:, r] += gy[:, k]
+        return [g]
+
+
+@register
+class PickRange(Op):
+    """pickrange(x, s, e, d): elements s..e-1 along dimension d; attr = (s, e, d)."""
+    name = "pickrange"
+
+    def shape(self, shapes, attr):
+        s, e, d = attr
+        sh = shapes[0]
+        if not (0 <= d < len(sh) and 0 <= s < e <= sh[d]):
+            raise ShapeError(f"pickrange: range [{s}, {e}) along {d} is out of bounds for shape {sh}")
+        return sh[:d] + (e - s,) + sh[d + 1:]
+
+    def forward(self, xp, xs, attr, data):
+        s, e, d = attr
+        return xs[0][(slice(None),) * (d + 1) + (slice(s, e),)]
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        s, e, d = attr
+        g = xp.zeros_like(xs[0])
+        g[(slice(None),) * (d + 1) + (slice(s, e),)] = gy
+        return [g]
+
+
+@register
+class Pick(Op):
+    """pick(x, i, d): element/row i along dimension d; i is per-node data, d is attr."""
+    name = "pick"
+    has_data = True
+
+    def shape(self, shapes, attr):
+        s = shapes[0]
+        if not 0 <= attr < len(s):
+            raise ShapeError(f"pick: dimension {attr} out of range for shape {s}")
+        return (s[:attr] + s[attr + 1:]) or (1,)
+
+    def forward(self, xp, xs, attr, data):
+        x = xp.moveaxis(xs[0], attr + 1, 1)
+        y = x[xp.arange(x.shape[0]), xp.asarray(data)]
+        return y.reshape(y.shape[0], 1) if y.ndim == 1 else y
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        g = xp.zeros_like(xs[0])
+        gv = xp.moveaxis(g, attr + 1, 1)   # a view: writes land in g
+        gv[xp.arange(g.shape[0]), xp.asarray(data)] = gy.reshape(gv.shape[:1] + gv.shape[2:])
+        return [g]

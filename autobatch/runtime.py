@@ -1,0 +1,119 @@
+"""Process-wide settings: backend, dtype, default strategy, random seed, and the
+current computation graph. Read once from the environment and DyNet's flags."""
+from __future__ import annotations
+
+import enum
+import os
+import sys
+
+import numpy as np
+
+
+class Strategy(enum.Enum):
+    """How forward groups nodes into batches."""
+    NONE = "none"      # node by node, in creation order
+    DEPTH = "depth"    # TensorFlow Fold: equal depth and signature
+    AGENDA = "agenda"  # DyNet: ready nodes, lowest average depth per signature first
+
+
+_DYNET_CODES = {0: Strategy.NONE, 1: Strategy.AGENDA, 2: Strategy.DEPTH}
+
+
+def parse_strategy(s) -> Strategy:
+    """Accept a Strategy, its name, DyNet's integer (0 off, 1 agenda, 2 depth) or a bool."""
+    if isinstance(s, Strategy):
+        return s
+    if isinstance(s, bool):
+        return Strategy.AGENDA if s else Strategy.NONE
+    if isinstance(s, (int, np.integer)):
+        if int(s) in _DYNET_CODES:
+            return _DYNET_CODES[int(s)]
+    elif isinstance(s, str):
+        t = s.strip().lower()
+        if t.lstrip("-").isdigit():
+            return parse_strategy(int(t))
+        for m in Strategy:
+            if t == m.value:
+                return m
+    raise ValueError(f"unknown autobatching strategy {s!r}: use 'none', 'depth', 'agenda', "
+                     "a Strategy, DyNet's 0/1/2 or a bool")
+
+
+def _argv_flag(name):
+    argv = sys.argv
+    for k, a in enumerate(argv):
+        if a == name and k + 1 < len(argv):
+            return argv[k + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+class _State:
+    def __init__(self):
+        self.strategy = Strategy.AGENDA
+        env = os.environ.get("AUTOBATCH_STRATEGY")
+        flag = _argv_flag("--dynet-autobatch")
+        if flag is not None:
+            self.strategy = parse_strategy(flag)
+        elif env:
+            self.strategy = parse_strategy(env)
+        seed = _argv_flag("--dynet-seed") or os.environ.get("AUTOBATCH_SEED")
+        self.seed = int(seed) if seed else 0
+        self.rng = np.random.default_rng(self.seed or None)
+        self.graph_seed = 0
+        self.dtype = np.dtype(os.environ.get("AUTOBATCH_DTYPE", "float32"))
+        self.dropout = True
+        self.graph = None
+        self._backend = None
+        self.backend_name = os.environ.get("AUTOBATCH_BACKEND", "numpy")
+
+    @property
+    def backend(self):
+        if self._backend is None:
+            from . import backends
+            self._backend = backends.get(self.backend_name)
+        return self._backend
+
+
+_STATE = _State()
+
+
+def state() -> _State:
+    return _STATE
+
+
+def set_default_strategy(s) -> None:
+    """Strategy for graphs created by ``renew_cg()`` without an explicit one."""
+    _STATE.strategy = parse_strategy(s)
+
+
+def default_strategy() -> Strategy:
+    return _STATE.strategy
+
+
+def set_backend(name: str) -> None:
+    """Select "numpy" or "cupy" for parameters created and graphs renewed from now on."""
+    from . import backends
+    _STATE._backend = backends.get(name)
+    _STATE.backend_name = name
+
+
+def set_dtype(dtype) -> None:
+    """float32 (default) or float64 for parameters and graphs created from now on."""
+    dt = np.dtype(dtype)
+    if dt not in (np.float32, np.float64):
+        raise ValueError(f"dtype must be float32 or float64, got {dt}")
+    _STATE.dtype = dt
+
+
+def reset_random_seed(seed: int) -> None:
+    """Reseed parameter initialisation and dropout/noise."""
+    _STATE.seed = int(seed)
+    _STATE.rng = np.random.default_rng(int(seed))
+    _STATE.graph_seed = 0
+
+
+def set_dropout(enabled: bool) -> None:
+    """Globally switch dropout on (training) or off (dropout becomes the identity)."""
+    _STATE.dropout = bool(enabled)
