@@ -42,8 +42,7 @@ class DyFramework:
                 dy.set_backend(backend)
             elif backend != "numpy":
                 raise RuntimeError("autobatch has no set_backend(); cannot select backend %r" % backend)
-            if hasattr(dy, "seed"):
-                dy.seed(seed)
+            dy.reset_random_seed(seed + 1)
             self._renew_kw = {"autobatching": AUTOBATCH_STRATEGIES[strategy]}
         elif kind == "dynet":
             if "dynet" in sys.modules:

@@ -22,7 +22,7 @@ from bench import tasks
 
 DEFAULTS = dict(task="treelstm", framework="autobatch", strategy="agenda", backend="numpy", hidden=256,
                 batch_size=64, n=512, repeats=3, seed=0, data=None, warmup="pass", trainer="adam",
-                label=None)
+                label=None, dynet_mem=2048)
 STAT_KEYS = ("nodes", "forward_batches", "backward_batches", "copies_done", "copies_skipped",
              "build_s", "schedule_s", "forward_s", "backward_s")
 PHASES = ("build_s", "schedule_s", "forward_s", "backward_s", "update_s")
@@ -163,7 +163,7 @@ def measure(cfg, progress_label=None):
         torch.manual_seed(cfg["seed"])
     else:
         from bench.frameworks import DyFramework
-        fw = DyFramework(fwk, cfg["strategy"], cfg["backend"], seed=cfg["seed"])
+        fw = DyFramework(fwk, cfg["strategy"], cfg["backend"], seed=cfg["seed"], mem=cfg["dynet_mem"])
     base_rss = maxrss_mb()  # post-import baseline: the framework's own footprint
 
     data, meta = task.data(cfg["n"], seed=cfg["seed"], path=cfg["data"])

@@ -33,7 +33,7 @@ class Model:
         xs = [self.word_rep(dy, w, state) for w in words]
         fs = self.fwd.initial_state().transduce(xs)
         bs = self.bwd.initial_state().transduce(xs[::-1])[::-1]
-        W_h, b_h, W_o, b_o = [dy.parameter(p) for p in (self.W_h, self.b_h, self.W_o, self.b_o)]
+        W_h, b_h, W_o, b_o = self.W_h, self.b_h, self.W_o, self.b_o  # Parameters used directly
         return [dy.affine_transform([b_o, W_o, dy.tanh(dy.affine_transform([b_h, W_h, dy.concatenate([f, b])]))])
                 for f, b in zip(fs, bs)]
 

@@ -22,7 +22,7 @@ class Model:
     def loss(self, dy, sent):
         inputs, targets = [EOS] + list(sent), list(sent) + [EOS]
         hs = self.lstm.initial_state().transduce([dy.lookup(self.E, w) for w in inputs])
-        W, b = dy.parameter(self.W), dy.parameter(self.b)
+        W, b = self.W, self.b  # Parameters used directly
         return dy.esum([dy.pickneglogsoftmax(dy.affine_transform([b, W, h]), t) for h, t in zip(hs, targets)])
 
 

@@ -32,8 +32,8 @@ class Model:
 
     def root_scores(self, dy, inst):
         words, _ = inst
-        h = self._rep(dy, words, 0, len(words), dy.parameter(self.W), dy.parameter(self.b))
-        return dy.affine_transform([dy.parameter(self.b_out), dy.parameter(self.W_out), h])
+        h = self._rep(dy, words, 0, len(words), self.W, self.b)  # Parameters used directly
+        return dy.affine_transform([self.b_out, self.W_out, h])
 
     def loss(self, dy, inst):
         return dy.pickneglogsoftmax(self.root_scores(dy, inst), inst[1])

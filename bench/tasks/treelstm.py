@@ -25,14 +25,11 @@ class Model:
         self.W_out = pc.add_parameters((meta["n_labels"], H))
         self.b_out = pc.add_parameters((meta["n_labels"],))
 
-    def _params(self, dy):
-        # dy.parameter() is required by DyNet < 2.1 and a no-op in autobatch
-        P = lambda ps: [dy.parameter(p) for p in ps]
-        return P(self.W_iou), P(self.U_iou), P(self.U_f), P(self.b), dy.parameter(self.W_out), dy.parameter(self.b_out)
-
-    def _encode(self, dy, t, P, out):
+    # Parameters go straight into expressions: DyNet >= 2.1 adds them to the graph itself (and
+    # warns that dy.parameter() is deprecated); autobatch accepts both.
+    def _encode(self, dy, t, out):
         """Returns (h, c) of node t; appends (node, h) for every node to `out`."""
-        (Wi, Wo, Wu), (Ui, Uo, Uu), (Ufl, Ufr), (bi, bo, bu, bf) = P[:4]
+        (Wi, Wo, Wu), (Ui, Uo, Uu), (Ufl, Ufr), (bi, bo, bu, bf) = self.W_iou, self.U_iou, self.U_f, self.b
         if t.is_leaf():
             x = dy.lookup(self.E, t.word)
             i = dy.logistic(dy.affine_transform([bi, Wi, x]))
@@ -40,8 +37,8 @@ class Model:
             u = dy.tanh(dy.affine_transform([bu, Wu, x]))
             c = dy.cmult(i, u)
         else:
-            hl, cl = self._encode(dy, t.left, P, out)
-            hr, cr = self._encode(dy, t.right, P, out)
+            hl, cl = self._encode(dy, t.left, out)
+            hr, cr = self._encode(dy, t.right, out)
             x = dy.concatenate([hl, hr])
             i = dy.logistic(dy.affine_transform([bi, Ui, x]))
             o = dy.logistic(dy.affine_transform([bo, Uo, x]))
@@ -54,16 +51,14 @@ class Model:
         return h, c
 
     def loss(self, dy, tree):
-        P = self._params(dy)
         nodes = []
-        self._encode(dy, tree, P, nodes)
-        W, b = P[4], P[5]
+        self._encode(dy, tree, nodes)
+        W, b = self.W_out, self.b_out
         return dy.esum([dy.pickneglogsoftmax(dy.affine_transform([b, W, h]), t.label) for t, h in nodes])
 
     def root_scores(self, dy, tree):
-        P = self._params(dy)
-        h, _ = self._encode(dy, tree, P, [])
-        return dy.affine_transform([P[5], P[4], h])
+        h, _ = self._encode(dy, tree, [])
+        return dy.affine_transform([self.b_out, self.W_out, h])
 
 
 def torch_model(meta, hidden, emb=None):
