@@ -14,13 +14,18 @@ from .api import (abs, affine_transform, average, binary_log_loss, bmax, cdiv, c
                   noise, ones, parameter, pick, pickneglogsoftmax, pickrange, rectify, reshape,
                   scalarInput, select_rows, softmax, sqrt, square, squared_distance, squared_norm,
                   sum_elems, tanh, transpose, vecInput, zeros)
+from .builders import GRUBuilder, LSTMBuilder, RNNState, SimpleRNNBuilder, VanillaLSTMBuilder  # noqa: F401
+from .coop import InstanceCancelled, batched_map  # noqa: F401
 from .errors import AutobatchError, GraphError, NonFiniteError, StaleExpressionError
 from .graph import ComputationGraph, Expression, cg, renew_cg
 from .params import (ConstInitializer, GlorotInitializer, LookupParameter, Model, NormalInitializer,
                      NumpyInitializer, Parameter, ParameterCollection, UniformInitializer)
-from .runtime import (Strategy, default_strategy, reset_random_seed, set_backend, set_default_strategy,
-                      set_dropout, set_dtype)
+from .runtime import (Strategy, default_strategy, reset_random_seed, set_backend, set_debug,
+                      set_default_strategy, set_dropout, set_dtype)
 from .stats import summary as stats_summary
+from .vertex import InputGraph, vertex_function  # noqa: F401
+from .trainers import (AdagradTrainer, AdamTrainer, MomentumSGDTrainer,  # noqa: F401
+                       SimpleSGDTrainer, Trainer)
 
 __version__ = "0.1.0"
 

@@ -21,6 +21,7 @@ _EXP, _LOG, _SQRT, _SQUARE, _ABS = OPS["exp"], OPS["log"], OPS["sqrt"], OPS["squ
 _ADD, _SUB, _CMULT, _CDIV = OPS["add"], OPS["sub"], OPS["cmult"], OPS["cdiv"]
 _SCALE, _SDIV = OPS["scale_shift"], OPS["scalar_div"]
 _MM_SHARED, _MM, _AFFINE = OPS["matmul_shared"], OPS["matmul"], OPS["affine"]
+_LOOKUP = OPS["lookup"]
 
 
 def _graph() -> ComputationGraph:
@@ -28,30 +29,39 @@ def _graph() -> ComputationGraph:
     return g if g is not None else cg()
 
 
-def _id(x, g: ComputationGraph) -> int:
-    """Node id of an Expression or Parameter in graph g."""
+def _id(x, g: ComputationGraph, op=None) -> int:
+    """Node id of an Expression or Parameter in graph g (op: named in error messages)."""
     if type(x) is Expression:
         if x.cg is not g:
+            what = f"{op.name}: " if op is not None else ""
             raise StaleExpressionError(
-                f"an Expression from a computation graph that was renewed was used [at {user_line()}]"
+                f"{what}an Expression from a computation graph that was renewed was used "
+                f"(node {x.i}, shape {x.cg.shapes[x.i]}) [at {user_line()}]"
                 if not x.cg.alive else
-                f"an Expression from another computation graph was used [at {user_line()}]")
+                f"{what}an Expression from another computation graph was used [at {user_line()}]")
         return x.i
     if isinstance(x, Parameter):
-        return g.param_expr(x).i
-    raise TypeError(f"expected an Expression or Parameter, got {type(x).__name__} [at {user_line()}]")
+        return g.pid(x)
+    what = f"{op.name}: " if op is not None else ""
+    raise TypeError(f"{what}expected an Expression or Parameter, got {type(x).__name__} [at {user_line()}]")
 
 
 def _op(op, *xs, attr=None, data=None) -> Expression:
-    g = _graph()
-    return g.add(op, tuple([_id(x, g) for x in xs]), attr, data)
+    g = _S.graph or cg()
+    return g.add(op, tuple([x.i if type(x) is Expression and x.cg is g else _id(x, g, op) for x in xs]), attr, data)
+
+
+def _op1(op, x) -> Expression:
+    """Unary op without attributes: the most common call, kept short."""
+    g = _S.graph or cg()
+    return g.add(op, (x.i if type(x) is Expression and x.cg is g else _id(x, g, op),))
 
 
 def _opl(op, xs: Sequence, attr=None, data=None) -> Expression:
     if len(xs) == 0:
         raise GraphError(f"{op.name}: needs at least one expression, got an empty list [at {user_line()}]")
     g = _graph()
-    return g.add(op, tuple([_id(x, g) for x in xs]), attr, data)
+    return g.add(op, tuple([_id(x, g, op) for x in xs]), attr, data)
 
 
 def _is_param_node(x, g) -> bool:
@@ -117,12 +127,18 @@ def lookup(p: LookupParameter, index: int, update: bool = True) -> Expression:
     """Row ``index`` of table p, shape p.shape()[1:]."""
     if not isinstance(p, LookupParameter):
         raise TypeError(f"lookup: needs a LookupParameter, got {type(p).__name__} [at {user_line()}]")
-    n = p.value.shape[0]
-    if not isinstance(index, (numbers.Integral, np.integer)) or not 0 <= index < n:
+    if _vertex_index(index, p.value.shape[0]):
+        g = _S.graph or cg()
+        return g.add(_LOOKUP, (g.pid(p, update),), None, index)
+    if type(index) is not int:
+        if not isinstance(index, (numbers.Integral, np.integer)):
+            raise GraphError(f"lookup: index {index!r} is not an integer [at {user_line()}]")
+        index = int(index)
+    if not 0 <= index < p.value.shape[0]:
         raise GraphError(f"lookup: index {index!r} out of range for a table of shape "
                          f"{tuple(p.value.shape)} [at {user_line()}]")
-    g = _graph()
-    return g.add(OPS["lookup"], (g.param_expr(p, update).i,), None, int(index))
+    g = _S.graph or cg()
+    return g.add(_LOOKUP, (g.pid(p, update),), None, index)
 
 
 def const_lookup(p: LookupParameter, index: int) -> Expression:
@@ -141,7 +157,11 @@ def affine_transform(xs: Sequence) -> Expression:
     xs = list(xs)
     if len(xs) == 1:
         return xs[0] if type(xs[0]) is Expression else parameter(xs[0])
-    g = _graph()
+    g = _S.graph or cg()
+    if len(xs) == 3:                 # the common b + W·x: no generic checks
+        b, w, x = xs
+        if isinstance(b, Parameter) and isinstance(w, Parameter) and type(x) is Expression and x.cg is g:
+            return g.add(_AFFINE, (g.pid(b), g.pid(w), x.i))
     if len(xs) % 2 == 0:
         raise GraphError(f"affine_transform: needs [b, W1, x1, W2, x2, ...], got {len(xs)} items [at {user_line()}]")
     if all(_is_param_node(xs[k], g) for k in [0] + list(range(1, len(xs), 2))):
@@ -159,14 +179,14 @@ def transpose(x) -> Expression:
 
 
 # --- elementwise --------------------------------------------------------------------
-def tanh(x) -> Expression: return _op(_TANH, x)
-def logistic(x) -> Expression: return _op(_LOGISTIC, x)
-def rectify(x) -> Expression: return _op(_RECTIFY, x)
-def exp(x) -> Expression: return _op(_EXP, x)
-def log(x) -> Expression: return _op(_LOG, x)
-def sqrt(x) -> Expression: return _op(_SQRT, x)
-def square(x) -> Expression: return _op(_SQUARE, x)
-def abs(x) -> Expression: return _op(_ABS, x)  # noqa: A001  (DyNet's name)
+def tanh(x) -> Expression: return _op1(_TANH, x)
+def logistic(x) -> Expression: return _op1(_LOGISTIC, x)
+def rectify(x) -> Expression: return _op1(_RECTIFY, x)
+def exp(x) -> Expression: return _op1(_EXP, x)
+def log(x) -> Expression: return _op1(_LOG, x)
+def sqrt(x) -> Expression: return _op1(_SQRT, x)
+def square(x) -> Expression: return _op1(_SQUARE, x)
+def abs(x) -> Expression: return _op1(_ABS, x)  # noqa: A001  (DyNet's name)
 def cmult(x, y) -> Expression: return _op(_CMULT, x, y)
 def cdiv(x, y) -> Expression: return _op(_CDIV, x, y)
 
@@ -232,15 +252,28 @@ def _shape(x):
     raise TypeError(f"expected an Expression, got {type(x).__name__} [at {user_line()}]")
 
 
+def _vertex_index(i, n) -> bool:
+    """True for a per-vertex id pulled inside a vertex function (autobatch.vertex): it
+    becomes the node's data as is, and its values are checked against n at each call."""
+    if getattr(i, "is_vertex_index", False):
+        i.require_below(n)
+        return True
+    return False
+
+
 def pickneglogsoftmax(x, v: int) -> Expression:
     """-log softmax(x)[v], shape (1,)."""
     s = _shape(x)
+    if _vertex_index(v, s[0]):
+        return _op(OPS["pickneglogsoftmax"], x, data=v)
     _index_in("pickneglogsoftmax", x, v, s[0])
     return _op(OPS["pickneglogsoftmax"], x, data=int(v))
 
 
 def hinge(x, index: int, m: float = 1.0) -> Expression:
     s = _shape(x)
+    if _vertex_index(index, s[0]):
+        return _op(OPS["hinge"], x, attr=float(m), data=index)
     _index_in("hinge", x, index, s[0])
     return _op(OPS["hinge"], x, attr=float(m), data=int(index))
 
@@ -250,6 +283,8 @@ def pick(x, index: int, dim: int = 0) -> Expression:
     s = _shape(x)
     if not 0 <= dim < len(s):
         raise GraphError(f"pick: dimension {dim} out of range for shape {s} [at {user_line()}]")
+    if _vertex_index(index, s[dim]):
+        return _op(OPS["pick"], x, attr=int(dim), data=index)
     _index_in("pick", x, index, s[dim])
     return _op(OPS["pick"], x, attr=int(dim), data=int(index))
 
@@ -297,7 +332,10 @@ def noise(x, stddev: float) -> Expression:
 
 # --- operators on Expression ------------------------------------------------------------
 def _num(c):
-    return isinstance(c, numbers.Real) and not isinstance(c, bool)
+    t = type(c)
+    if t is Expression or t is float or t is int:   # the usual cases, without ABC checks
+        return t is not Expression
+    return isinstance(c, numbers.Real) and t is not bool
 
 
 def _add(a, b):
@@ -339,7 +377,9 @@ def _getitem(x, k):
         if step != 1:
             raise GraphError(f"slicing with a step is not supported [at {user_line()}]")
         return pickrange(x, s, e)
-    return pick(x, int(k))
+    k = int(k)
+    n = _shape(x)[0]
+    return pick(x, k + n if -n <= k < 0 else k)   # x[-1] is the last element, as in DyNet
 
 
 Expression.__add__ = _add
@@ -352,3 +392,16 @@ Expression.__truediv__ = _div
 Expression.__rtruediv__ = lambda self, o: _div(o, self)
 Expression.__neg__ = lambda self: _op(_SCALE, self, attr=(-1.0, 0.0))
 Expression.__getitem__ = _getitem
+
+
+# Parameters in expressions and E[i] go straight to the functions above (binding them
+# here, not in params.py, keeps params free of graph imports on the hot path).
+LookupParameter.__getitem__ = lambda p, i: lookup(p, i)
+Parameter.__add__ = lambda p, o: _add(p, o)
+Parameter.__radd__ = lambda p, o: _add(o, p)
+Parameter.__sub__ = lambda p, o: _sub(p, o)
+Parameter.__rsub__ = lambda p, o: _sub(o, p)
+Parameter.__mul__ = lambda p, o: _mul(p, o)
+Parameter.__rmul__ = lambda p, o: _mul(o, p)
+Parameter.__truediv__ = lambda p, o: _div(p, o)
+Parameter.__neg__ = lambda p: _op(_SCALE, p, attr=(-1.0, 0.0))

@@ -23,14 +23,28 @@ class NonFiniteError(AutobatchError, FloatingPointError):
     """backward() on a loss that is NaN or infinite."""
 
 
+_INTERNAL: dict = {}   # co_filename -> inside the package? (cached: abspath is slow)
+
+
+def _internal(fn: str) -> bool:
+    r = _INTERNAL.get(fn)
+    if r is None:
+        d = os.path.dirname(os.path.abspath(fn))
+        r = _INTERNAL[fn] = d == _PKG or d.startswith(_PKG + os.sep)   # not .../autobatch_x/
+    return r
+
+
+def user_site():
+    """(filename, lineno) of the innermost frame outside the autobatch package."""
+    f = sys._getframe(1)
+    while f is not None and _internal(f.f_code.co_filename):
+        f = f.f_back
+    return None if f is None else (f.f_code.co_filename, f.f_lineno)
+
+
 def user_line() -> str:
     """'file:line' of the innermost frame outside the autobatch package."""
-    f = sys._getframe(1)
-    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)).startswith(_PKG):
-        f = f.f_back
-    if f is None:
-        return "<unknown>"
-    return f"{f.f_code.co_filename}:{f.f_lineno}"
+    return where_code(user_site())
 
 
 def where_code(f) -> str:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import time
 
+from . import memory
 from .errors import GraphError, NonFiniteError, user_line
 from .ops import RowGrad
 from .scheduler import schedule
 
 
 class Batch:
-    __slots__ = ("ids", "op", "attr", "data", "xs", "ins", "out", "n", "y", "need", "first")
+    __slots__ = ("ids", "op", "attr", "data", "xs", "ins", "out", "n", "y", "need", "first", "wide")
 
 
 class Executor:
@@ -22,15 +23,18 @@ class Executor:
         self.g = graph
         self.be = graph.backend
         self.xp = graph.xp
-        self.buf = self.xp.empty(1 << 14, dtype=graph.dtype)
+        self.buf = memory.take(self.xp, graph.dtype, 1 << 16)
         self.top = 0
         self.offs: list = []      # node -> arena offset (-1: not computed or external)
         self.done = 0             # nodes [0, done) are computed
         self.batches: list = []
 
     def release(self):
-        self.buf = None
+        """The graph was renewed: recycle the arena (no view of it survives: values
+        handed to users are copies, and stale expressions refuse to evaluate)."""
         self.batches = []
+        memory.give(self.buf)
+        self.buf = None
 
     def mark_external(self, n):
         self._grow_offs(n + 1)
@@ -39,12 +43,19 @@ class Executor:
         if len(self.offs) < n:
             self.offs.extend([-1] * (n - len(self.offs)))
 
+    def _reserve(self, n):
+        """Make room for n more elements in one step (one copy at most per forward)."""
+        top = self.top
+        if top + n > self.buf.shape[0]:
+            new = memory.take(self.xp, self.buf.dtype, max(2 * self.buf.shape[0], top + n))
+            new[:top] = self.buf[:top]
+            memory.give(self.buf)
+            self.buf = new
+
     def _alloc(self, n):
         top = self.top
         if top + n > self.buf.shape[0]:
-            new = self.xp.empty(max(2 * self.buf.shape[0], top + n), dtype=self.buf.dtype)
-            new[:top] = self.buf[:top]
-            self.buf = new
+            self._reserve(n)
         self.top = top + n
         return top
 
@@ -66,18 +77,28 @@ class Executor:
         st._build_s += t0 - g._t_mark
         self._grow_offs(hi)
         plan = schedule(g.strategy, lo, hi, g.sigs, g.depths, g.args, g.heavy_of_sig)
+        sizes = g.sizes
+        self._reserve(sum(sizes[lo:hi]) - sum([sizes[n] for n in g.ext if lo <= n < hi]))
         t1 = time.perf_counter()
         nb0, top0 = len(self.batches), self.top
         try:
             for ids in plan:
                 self._run(ids)
-        except Exception:
+        except Exception as e:
             # undo this forward so that the graph stays usable after the error
             for b in self.batches[nb0:]:
                 for i in b.ids:
                     self.offs[i] = -1
+                name = g.sig_name(g.sigs[b.ids[0]])
+                st.sizes[name].pop()
+                if not st.sizes[name]:
+                    del st.sizes[name]
             del self.batches[nb0:]
             self.top = top0
+            if hasattr(e, "add_note"):     # Python >= 3.11
+                failed = ids[:3]
+                e.add_note(f"autobatch: while running a batch of {len(ids)} {g.ops[ids[0]].name} node(s); "
+                           + "; ".join(g.describe(i) for i in failed))
             raise
         finally:
             t2 = time.perf_counter()
@@ -97,7 +118,8 @@ class Executor:
         st = self.g.stats
         if sizes_flat is not None:           # elementwise batch of mixed sizes
             xp = self.xp
-            idx = xp.concatenate([xp.arange(a, a + s) for a, s in zip(o, sizes_flat)]) if -1 not in o else None
+            # one index array built by the backend (on CuPy: one upload, not an arange per node)
+            idx = self.be.ragged_index(o, sizes_flat) if -1 not in o else None
             if idx is None:
                 x = xp.concatenate([self.value(a).reshape(-1) for a in srcs])
             else:
@@ -111,7 +133,8 @@ class Executor:
                 st.copies_skipped += 1
                 return self.xp.broadcast_to(self.value(srcs[0]), (B,) + shape), ("bcast", srcs, None)
             st.copies_done += 1
-            return self.xp.stack([self.value(a) for a in srcs]), ("ext", srcs, None)
+            # reshape: an elementwise batch may mix shapes of equal size ((3, 4) and (12,))
+            return self.xp.stack([self.value(a).reshape(shape) for a in srcs]), ("ext", srcs, None)
         o0 = o[0]
         if B == 1 or o == list(range(o0, o0 + B * size, size)):
             st.copies_skipped += 1
@@ -135,16 +158,19 @@ class Executor:
                     sizes_flat = [sz[i] for i in ids]
                     break
         xs, ins = [], []
-        args = g.args
-        for j, a in enumerate(a0):
-            if j in shared:
-                xs.append(self.value(a))
-                ins.append(None)
-            else:
-                srcs = [a] if B == 1 else [args[i][j] for i in ids]
-                x, info = self._gather(srcs, g.shapes[a], sizes_flat)
-                xs.append(x)
-                ins.append(info)
+        # one node with many same-shape inputs (the esum of all losses): one gather
+        wide = B == 1 and len(a0) > 4 and not shared and self._wide(a0, xs, ins)
+        if not wide:
+            args = g.args
+            for j, a in enumerate(a0):
+                if j in shared:
+                    xs.append(self.value(a))
+                    ins.append(None)
+                else:
+                    srcs = [a] if B == 1 else [args[i][j] for i in ids]
+                    x, info = self._gather(srcs, g.shapes[a], sizes_flat)
+                    xs.append(x)
+                    ins.append(info)
         data = [g.datas[i] for i in ids] if op.has_data else None
         attr = g.attrs[i0]
         y = op.forward(self.xp, xs, attr, data)
@@ -165,13 +191,26 @@ class Executor:
                 offs[i] = k
                 k += s
         b = Batch()
-        b.ids, b.op, b.attr, b.data, b.xs, b.ins = ids, op, attr, data, xs, ins
+        b.ids, b.op, b.attr, b.data, b.xs, b.ins, b.wide = ids, op, attr, data, xs, ins, wide
         b.out, b.n, b.y = off, n, view.reshape(y.shape)
         needs = g.needs
         b.need = any([needs[i] for i in ids])
         b.first = min(ids)
         self.batches.append(b)
         g.stats.sizes[g.sig_name(g.sigs[i0])].append(B)
+
+    def _wide(self, a0, xs, ins):
+        """Gather all inputs of one wide node as one (n, *shape) block; False if their
+        shapes differ. The inputs become row views; backward scatters them in one go."""
+        shapes = self.g.shapes
+        sh = shapes[a0[0]]
+        for a in a0:
+            if shapes[a] != sh:
+                return False
+        x, info = self._gather(list(a0), sh, None)
+        xs.extend([x[k:k + 1] for k in range(len(a0))])
+        ins.append(info)
+        return True
 
     # --- backward -------------------------------------------------------------
     def backward(self, i):
@@ -183,7 +222,8 @@ class Executor:
         loss = self.value(i)
         if not bool(xp.isfinite(loss).all()):
             raise NonFiniteError(self._non_finite_message(i))
-        gbuf = xp.zeros(self.top, dtype=self.buf.dtype)
+        gbuf = memory.take(xp, self.buf.dtype, self.top)
+        gbuf[:self.top] = 0
         if i not in g.ext:
             gbuf[self.offs[i]] = 1
         needs = g.needs
@@ -195,6 +235,10 @@ class Executor:
             gy = gbuf[b.out:b.out + b.n].reshape(b.y.shape)
             grads = b.op.backward(xp, b.xs, b.y, gy, b.attr, b.data)
             a0 = g.args[b.ids[0]]
+            if b.wide:
+                if any([needs[a] for a in a0]):
+                    self._scatter(gbuf, b.ins[0], xp.concatenate([gr.reshape(1, -1) for gr in grads]))
+                continue
             for j, gr in enumerate(grads):
                 if gr is None:
                     continue
@@ -208,6 +252,7 @@ class Executor:
                 if not any([needs[s] for s in srcs]):
                     continue
                 self._scatter(gbuf, info, gr)
+        memory.give(gbuf)
         t1 = time.perf_counter()
         st.backward_batches += nb
         st.backward_s += t1 - t0
@@ -224,6 +269,8 @@ class Executor:
                     p.rows_used.append(gr.rows)
             else:
                 p.grad += gr.reshape(p.grad.shape)
+                if p.is_lookup:
+                    p.all_updated = True    # dense gradient: sparse updates must touch every row
             p.touched = True
             return
         o = self.offs[a]
@@ -258,6 +305,8 @@ class Executor:
                 if p is not None:
                     if g.needs[a]:
                         p.grad += piece.reshape(p.grad.shape)
+                        if p.is_lookup:
+                            p.all_updated = True
                         p.touched = True
                 else:
                     o = self.offs[a]
@@ -279,4 +328,6 @@ class Executor:
         msg = f"backward() on a non-finite loss ({g.describe(i)}) [at {user_line()}]"
         if culprit is not None:
             msg += f"; the first non-finite value appears at {g.describe(culprit)}"
+            if culprit not in g.where:
+                msg += " (dy.set_debug(True) or AUTOBATCH_DEBUG=1 records the line that built each node)"
         return msg

@@ -7,11 +7,12 @@ always precede their users, so "everything up to node i" is a closed set."""
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from typing import Any
 
 from . import runtime
-from .errors import GraphError, StaleExpressionError, user_line
+from .errors import GraphError, StaleExpressionError, user_line, user_site, where_code
 from .executor import Executor
 from .ops import OPS, ShapeError
 from .runtime import Strategy, parse_strategy
@@ -21,6 +22,15 @@ from .stats import Stats
 _RULES: dict = {}
 _BASE_SIGS: dict = {}
 _GRAPH_IDS = itertools.count(1)
+
+
+class _Coop(threading.local):
+    """Per-thread hook, set only in the instance threads of coop.batched_map:
+    ``park(graph, i)`` suspends the instance until a batched forward computed node i."""
+    park = None
+
+
+COOP = _Coop()
 
 
 def _rule(op, ins, attr):
@@ -34,7 +44,9 @@ def _rule(op, ins, attr):
         size = 1
         for d in out:
             size *= d
-        base = (op.name, op.sig(ins, attr)) if op.batchable else None
+        # the arity is part of every signature: elementwise sigs ignore shapes, and an
+        # add of 2 inputs must not batch with an esum of 3 (kernels stack input j of all nodes)
+        base = (op.name, len(ins), op.sig(ins, attr)) if op.batchable else None
         if base is not None:
             base = _BASE_SIGS.setdefault(base, len(_BASE_SIGS))
         r = _RULES[key] = (out, size, base, op.shared_of(len(ins)))
@@ -70,35 +82,49 @@ class ComputationGraph:
         self.stats = Stats()
         self.exe = Executor(self)
         self._t_mark = time.perf_counter()
+        self.where: dict = {}       # node -> (file, line) where it was built; debug mode only
+        if rt.debug:
+            self.__class__ = _DebugGraph   # recording add(); the normal add() pays nothing
 
     # --- context manager ----------------------------------------------------
     def __enter__(self):
+        """Make this graph the current one (the previous one becomes stale, as with
+        renew_cg), so ``with dy.ComputationGraph("depth") as g:`` builds into g."""
+        rt = runtime.state()
+        if rt.graph is not self:
+            if not self.alive:
+                raise StaleExpressionError("this computation graph was renewed or closed; create a new one")
+            if rt.graph is not None:
+                rt.graph.alive = False
+                rt.graph.exe.release()
+            rt.graph = self
         return self
 
     def __exit__(self, *exc):
+        """Close the graph: free its arena; its expressions become stale and the next
+        operation starts a fresh graph."""
+        rt = runtime.state()
+        self.alive = False
+        self.exe.release()
+        if rt.graph is self:
+            rt.graph = None
         return False
 
     # --- building -------------------------------------------------------------
     def add(self, op, args: tuple, attr: Any = None, data: Any = None) -> "Expression":
         """Append a node; shape rule and signature come from a cache keyed by
-        (op, input shapes, attr), so a repeated pattern costs a dict lookup."""
+        (op, input shapes, attr), so a repeated pattern costs a dict lookup.
+        This is the hottest path of graph building: keep it lean."""
         shapes = self.shapes
-        ins = tuple([shapes[a] for a in args])
-        r = _RULES.get((op, ins, attr)) or _rule(op, ins, attr)
-        base = r[2]
-        if base is None:
-            key = ("alone", len(self.ops))
-        elif r[3]:
-            key = (base,) + tuple([args[j] for j in r[3]])
-        else:
-            key = base
-        sig = self._sigtab.get(key)
-        if sig is None:
-            sig = self._sigtab[key] = len(self.sig_op)
-            self.sig_op.append(op)
         depths = self.depths
         needs = self.needs
-        if args:
+        if len(args) == 1:
+            a = args[0]
+            ins = (shapes[a],)
+            d = depths[a]
+            need = needs[a]
+        else:
+            ins = tuple([shapes[a] for a in args])
             d = 0
             need = False
             for a in args:
@@ -106,11 +132,20 @@ class ComputationGraph:
                     d = depths[a]
                 if needs[a]:
                     need = True
-            depths.append(d + 1)
-            needs.append(need and op.differentiable)
+        r = _RULES.get((op, ins, attr)) or _rule(op, ins, attr)
+        base = r[2]
+        if r[3]:
+            key = (base,) + tuple([args[j] for j in r[3]])
+        elif base is None:
+            key = ("alone", len(self.ops))
         else:
-            depths.append(1)
-            needs.append(False)
+            key = base
+        sig = self._sigtab.get(key)
+        if sig is None:
+            sig = self._sigtab[key] = len(self.sig_op)
+            self.sig_op.append(op)
+        depths.append(d + 1)
+        needs.append(need and op.differentiable)
         n = len(self.ops)
         self.ops.append(op)
         self.args.append(args)
@@ -119,7 +154,15 @@ class ComputationGraph:
         shapes.append(r[0])
         self.sizes.append(r[1])
         self.sigs.append(sig)
-        return Expression(self, n)
+        e = _new_expr(Expression)
+        e.cg = self
+        e.i = n
+        return e
+
+    def pid(self, p, update: bool = True) -> int:
+        """Node id of parameter p in this graph (created on first use)."""
+        n = self.pnode.get((id(p), update))
+        return n if n is not None else self.param_expr(p, update).i
 
     def param_expr(self, p, update: bool = True) -> "Expression":
         """The node of parameter p in this graph (one per parameter and graph)."""
@@ -146,6 +189,8 @@ class ComputationGraph:
         """Compute every node up to and including i that is not computed yet."""
         if not self.alive:
             raise StaleExpressionError("this computation graph was renewed; its expressions can no longer be evaluated")
+        if i >= self.exe.done and COOP.park is not None:
+            COOP.park(self, i)  # inside batched_map: wait for the batched forward of all instances
         self.exe.forward(i + 1)
 
     def backward_from(self, i: int, full: bool = False) -> None:
@@ -170,7 +215,18 @@ class ComputationGraph:
         op = self.ops[i]
         name = "parameter" if op is None else op.name
         ins = [self.shapes[a] for a in self.args[i]]
-        return f"node {i} ({name}, input shapes {ins}, output shape {self.shapes[i]})"
+        site = self.where.get(i)
+        made = f", created at {where_code(site)}" if site is not None else ""
+        return f"node {i} ({name}, input shapes {ins}, output shape {self.shapes[i]}{made})"
+
+
+class _DebugGraph(ComputationGraph):
+    """A graph that records each node's creation line (runtime.set_debug(True))."""
+
+    def add(self, op, args: tuple, attr: Any = None, data: Any = None) -> "Expression":
+        e = ComputationGraph.add(self, op, args, attr, data)
+        self.where[e.i] = user_site()
+        return e
 
 
 class Expression:
@@ -186,8 +242,8 @@ class Expression:
     def _check(self):
         if not self.cg.alive:
             raise StaleExpressionError(
-                f"Expression {self.i} belongs to a computation graph that was renewed "
-                f"(renew_cg() was called after it was built), at {user_line()}")
+                f"Expression {self.cg.describe(self.i)} belongs to a computation graph that was "
+                f"renewed (renew_cg() was called after it was built) [at {user_line()}]")
 
     def forward(self) -> None:
         self._check()
@@ -199,11 +255,12 @@ class Expression:
         return self.cg.backend.to_host(self.cg.value_of(self.i)).copy()
 
     def value(self):
-        """A float for one-element values, else a (nested) list, as in DyNet."""
+        """As in DyNet: a float for one-element values, a list for vectors, and the
+        NumPy array (npvalue) for matrices and tensors."""
         v = self.npvalue()
         if v.size == 1:
             return float(v.reshape(()))
-        return v.tolist()
+        return v.tolist() if v.ndim == 1 else v
 
     def scalar_value(self) -> float:
         v = self.npvalue()
@@ -236,7 +293,7 @@ class Expression:
     # --- arithmetic (defined in api.py to keep the op wiring in one place) --------
 
 
-_current: ComputationGraph | None = None
+_new_expr = Expression.__new__   # __new__ plus two slot stores is half the cost of __init__
 
 
 def cg() -> ComputationGraph:
@@ -253,10 +310,11 @@ def renew_cg(autobatching=None, immediate_compute: bool = False, check_validity:
     autobatching: None (the default strategy), "none"|"depth"|"agenda", a Strategy,
     DyNet's 0/1/2 or a bool."""
     rt = runtime.state()
+    new = ComputationGraph(autobatching)   # first: a bad strategy must not kill the old graph
     if rt.graph is not None:
         rt.graph.alive = False
         rt.graph.exe.release()
-    rt.graph = ComputationGraph(autobatching)
+    rt.graph = new
     return rt.graph
 
 

@@ -69,11 +69,16 @@ class NumpyInitializer(Initializer):
 
 def _as_shape(dim) -> tuple:
     if isinstance(dim, (int, np.integer)):
-        return (int(dim),)
+        dim = (dim,)
     shape = tuple(int(d) for d in dim)
     if not shape or any(d <= 0 for d in shape):
         raise ValueError(f"parameter shape must be positive integers, got {dim!r}")
     return shape
+
+
+def _host_or_device(arr):
+    """Arrays (NumPy or CuPy) as they are; anything else (lists, numbers) as a NumPy array."""
+    return arr if hasattr(arr, "shape") and hasattr(arr, "dtype") else np.asarray(arr)
 
 
 def _initial(init, shape, is_lookup):
@@ -95,13 +100,16 @@ class Parameter:
         rt = runtime.state()
         self.xp = rt.backend.xp
         self.dtype = rt.dtype
-        self.name = name
+        self._name = name
         self.value = self.xp.asarray(_initial(init, shape, self.is_lookup) * scale, dtype=self.dtype)
         self.grad = self.xp.zeros_like(self.value)
         self.updated = True     # False: trainers skip it (DyNet's set_updated)
         self.touched = False    # a graph added gradient since the last update
 
     # --- DyNet API ----------------------------------------------------------
+    def name(self) -> str:
+        return self._name
+
     def shape(self) -> tuple:
         return tuple(self.value.shape)
 
@@ -119,17 +127,34 @@ class Parameter:
         return runtime.state().backend.to_host(self.grad).copy()
 
     def set_value(self, arr) -> None:
-        arr = np.asarray(arr)
-        if arr.shape != self.value.shape:
-            raise ValueError(f"set_value: parameter has shape {self.value.shape}, got {arr.shape}")
+        """Copy ``arr`` (NumPy, CuPy or a nested list of the parameter's exact shape) into the value."""
+        arr = _host_or_device(arr)
+        if tuple(arr.shape) != tuple(self.value.shape):
+            raise ValueError(f"set_value: parameter {self._name or ''} has shape {tuple(self.value.shape)}, "
+                             f"got an array of shape {tuple(arr.shape)}")
         self.value[...] = self.xp.asarray(arr, dtype=self.dtype)
+
+    def zero(self) -> None:
+        """Set the value (not the gradient) to zero, as DyNet's ``zero()``."""
+        self.value[...] = 0
 
     def zero_grad(self) -> None:
         self.grad[...] = 0
         self.touched = False
 
+    def _clear_grad(self) -> None:
+        """What trainers call after an update (lookups override it to clear only used rows)."""
+        if self.touched:
+            self.zero_grad()
+
     def scale(self, s: float) -> None:
         self.value *= s
+
+    def scale_gradient(self, s: float) -> None:
+        self.grad *= s
+
+    def clip_inplace(self, left: float, right: float) -> None:
+        self.xp.clip(self.value, left, right, out=self.value)
 
     def set_updated(self, b: bool) -> None:
         self.updated = bool(b)
@@ -153,10 +178,11 @@ class Parameter:
     def __mul__(self, o): return self._e() * o
     def __rmul__(self, o): return o * self._e()
     def __truediv__(self, o): return self._e() / o
+    def __rtruediv__(self, o): return o / self._e()
     def __neg__(self): return -self._e()
 
     def __repr__(self):
-        return f"{type(self).__name__}(shape={self.shape()}, name={self.name!r})"
+        return f"{type(self).__name__}(shape={self.shape()}, name={self._name!r})"
 
 
 class LookupParameter(Parameter):
@@ -167,7 +193,8 @@ class LookupParameter(Parameter):
 
     def __init__(self, shape, init=None, name="", scale=1.0):
         super().__init__(shape, init, name, scale)
-        self.rows_used: list = []
+        self.rows_used: list = []    # index arrays of rows that got gradient (RowGrad)
+        self.all_updated = False     # the whole table got a dense gradient (used as a matrix)
 
     def __getitem__(self, i):
         from .graph import lookup
@@ -179,15 +206,53 @@ class LookupParameter(Parameter):
     def init_from_array(self, arr) -> None:
         self.set_value(arr)
 
+    def _row(self, i) -> int:
+        n = self.value.shape[0]
+        if not isinstance(i, (int, np.integer)) or not 0 <= i < n:
+            raise IndexError(f"row {i!r} out of range for a lookup table of shape {tuple(self.value.shape)}")
+        return int(i)
+
     def init_row(self, i: int, row) -> None:
+        i = self._row(i)
+        row = _host_or_device(row)
+        if tuple(row.shape) != tuple(self.value.shape[1:]):
+            raise ValueError(f"init_row: rows have shape {tuple(self.value.shape[1:])}, got {tuple(row.shape)}")
         self.value[i] = self.xp.asarray(row, dtype=self.dtype)
 
     def row_as_array(self, i: int) -> np.ndarray:
-        return runtime.state().backend.to_host(self.value[i]).copy()
+        return runtime.state().backend.to_host(self.value[self._row(i)]).copy()
+
+    def rows_as_array(self, rows) -> np.ndarray:
+        return np.stack([self.row_as_array(i) for i in rows])
+
+    def row_grad_as_array(self, i: int) -> np.ndarray:
+        return runtime.state().backend.to_host(self.grad[self._row(i)]).copy()
 
     def zero_grad(self) -> None:
         super().zero_grad()
         self.rows_used = []
+        self.all_updated = False
+
+    def used_rows(self):
+        """Sorted unique rows that got gradient since the last clear (an xp index array),
+        or None when the whole table did (it was used densely)."""
+        if self.all_updated:
+            return None
+        if not self.rows_used:
+            return self.xp.zeros(0, dtype=np.int64)
+        return self.xp.unique(self.xp.concatenate([self.xp.asarray(r).reshape(-1) for r in self.rows_used]))
+
+    def _clear_grad(self) -> None:
+        # only rows in rows_used can hold gradient unless the table was used densely,
+        # so a sparse clear costs O(rows used), not O(table)
+        if self.all_updated:
+            self.zero_grad()
+        elif self.rows_used:
+            self.grad[self.used_rows()] = 0
+            self.rows_used = []
+            self.touched = False
+        elif self.touched:
+            self.zero_grad()
 
 
 class ParameterCollection:
@@ -230,6 +295,17 @@ class ParameterCollection:
         for s in self._subs:
             out += s.lookup_parameters_list()
         return out
+
+    def parameters_from_numpy(self, array, name: str = "", device: str = "") -> Parameter:
+        a = np.asarray(array)
+        return self.add_parameters(a.shape, NumpyInitializer(a), name)
+
+    def lookup_parameters_from_numpy(self, array, name: str = "", device: str = "") -> LookupParameter:
+        a = np.asarray(array)
+        return self.add_lookup_parameters(a.shape, NumpyInitializer(a), name)
+
+    def parameter_count(self) -> int:
+        return sum(int(p.value.size) for p in self.all_parameters())
 
     def all_parameters(self) -> list:
         return self.parameters_list() + self.lookup_parameters_list()

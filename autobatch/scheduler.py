@@ -7,6 +7,7 @@ order that respects dependencies. Knows no op by name."""
 from __future__ import annotations
 
 import heapq
+import itertools
 
 import numpy as np
 
@@ -45,58 +46,83 @@ def _by_depth(lo, hi, sigs, depths):
     return _split(ids, key)
 
 
+def _edges(lo, hi, args, sig_all):
+    """Dependency edges among pending nodes as a CSR (successors of each node) and
+    the count of pending inputs per node, built with C-level iteration, no per-edge Python."""
+    n = hi - lo
+    chunk = args[lo:hi]
+    lens = np.fromiter(map(len, chunk), dtype=np.int64, count=n)
+    src = np.fromiter(itertools.chain.from_iterable(chunk), dtype=np.int64, count=int(lens.sum())) - lo
+    dst = np.repeat(np.arange(n, dtype=np.int64), lens)
+    keep = src >= 0
+    keep[keep] = sig_all[src[keep]] >= 0        # parameters (sig -1) are always ready
+    src, dst = src[keep], dst[keep]
+    waits = np.bincount(dst, minlength=n)
+    order = np.argsort(src, kind="stable")
+    succ = dst[order]
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=ptr[1:])
+    return waits, ptr, succ
+
+
 def _agenda(lo, hi, sigs, depths, args, heavy_of_sig):
-    ids, sig = _pending(lo, hi, sigs)
-    if len(ids) == 0:
+    """DyNet's agenda: repeatedly run every ready node of the signature with the
+    lowest average depth (ties: cheap ops first). Vectorised per batch: the Python
+    loop runs once per batch, not once per node or edge."""
+    sig_all = np.array(sigs[lo:hi], dtype=np.int64)
+    pend = np.flatnonzero(sig_all >= 0)
+    if len(pend) == 0:
         return []
-    depth = np.array(depths[lo:hi], dtype=np.float64)[ids - lo]
-    # priority of a signature: average depth of its pending nodes (lower runs first);
-    # ties go to cheap ops before heavy ones, then to the older signature
+    sig = sig_all[pend]
+    depth = np.array(depths[lo:hi], dtype=np.float64)[pend]
     usig, inv = np.unique(sig, return_inverse=True)
     avg = np.bincount(inv, weights=depth) / np.bincount(inv)
     prio = {int(s): (float(a), heavy_of_sig(int(s)), int(s)) for s, a in zip(usig, avg)}
 
-    ids_l = ids.tolist()
-    n_wait = {}
-    succ = {}
-    ready: dict[int, list] = {}
+    waits, ptr, succ = _edges(lo, hi, args, sig_all)
+    ready: dict = {}
     heap: list = []
-    for i in ids_l:
-        n = 0
-        for a in args[i]:
-            if a >= lo and sigs[a] >= 0:
-                n += 1
-                s = succ.get(a)
-                if s is None:
-                    succ[a] = [i]
-                else:
-                    s.append(i)
-        if n:
-            n_wait[i] = n
-        else:
-            s = sigs[i]
-            r = ready.get(s)
-            if r:
-                r.append(i)
-            else:
-                ready[s] = [i]
-                heapq.heappush(heap, prio[s])
 
+    def add_ready(nodes):
+        """Queue newly ready local node ids (ascending), grouped by signature."""
+        ss = sig_all[nodes]
+        if ss[0] == ss[-1] and (len(ss) < 3 or (ss == ss[0]).all()):
+            groups = ((int(ss[0]), nodes),)
+        else:
+            order = np.argsort(ss, kind="stable")
+            nodes, ss = nodes[order], ss[order]
+            cut = np.flatnonzero(ss[1:] != ss[:-1]) + 1
+            groups = zip(ss[np.concatenate(([0], cut))].tolist(), np.split(nodes, cut))
+        for s, part in groups:
+            r = ready.get(s)
+            if r is None:
+                ready[s] = [part]
+                heapq.heappush(heap, prio[s])
+            else:
+                r.append(part)
+
+    add_ready(pend[waits[pend] == 0])
     out = []
     while heap:
         s = heapq.heappop(heap)[2]
-        batch = ready.pop(s)
-        out.append(batch)
-        for i in batch:
-            for j in succ.get(i, ()):
-                n = n_wait[j] - 1
-                n_wait[j] = n
-                if n == 0:
-                    t = sigs[j]
-                    r = ready.get(t)
-                    if r:
-                        r.append(j)
-                    else:
-                        ready[t] = [j]
-                        heapq.heappush(heap, prio[t])
+        parts = ready.pop(s)
+        batch = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
+        out.append((batch + lo).tolist())
+        a, b = ptr[batch], ptr[batch + 1]
+        lens = b - a
+        total = int(lens.sum())
+        if total == 0:
+            continue
+        if len(batch) == 1:
+            nxt = succ[int(a[0]):int(b[0])]
+        else:
+            starts = np.repeat(a - np.cumsum(lens) + lens, lens)
+            nxt = succ[starts + np.arange(total)]
+        np.subtract.at(waits, nxt, 1)
+        fresh = nxt[waits[nxt] == 0]
+        if len(fresh):
+            if len(fresh) > 1:
+                fresh = np.unique(fresh)     # a node fed twice by this batch appears twice
+            waits[fresh] = -1                # never queue it again
+            add_ready(fresh)
     return out

@@ -31,6 +31,7 @@ class Stats:
             "forward_batches": self.forward_batches,
             "backward_batches": self.backward_batches,
             "forward_calls": self.forward_calls,
+            "forward_rounds": self.forward_calls,  # forwards that computed something (batched_map: one per round)
             "backward_calls": self.backward_calls,
             "copies_done": self.copies_done,
             "copies_skipped": self.copies_skipped,

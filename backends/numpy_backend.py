@@ -21,6 +21,13 @@ class NumpyBackend:
         """(B, size) flat indices of B blocks of `size` elements starting at offsets."""
         return np.asarray(offsets, dtype=np.intp)[:, None] + self.arange(size)
 
+    def ragged_index(self, offsets, sizes):
+        """Flat indices of blocks of different sizes (a mixed-shape elementwise batch),
+        built in one vectorised step rather than one arange per node."""
+        o = np.asarray(offsets, dtype=np.intp)
+        s = np.asarray(sizes, dtype=np.intp)
+        return np.repeat(o - (np.cumsum(s) - s), s) + np.arange(int(s.sum()), dtype=np.intp)
+
     def gather(self, buf, offsets, size: int):
         """Copy B scattered blocks into one contiguous (B, size) array (sparse→dense)."""
         return buf.take(self.index(offsets, size))

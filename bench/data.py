@@ -205,16 +205,20 @@ def synthetic_tags(n, seed=0, o_vocab=3000, ent_vocab=600, mean_len=24, max_len=
     return index_tagged(sents, TAGS)
 
 
-def load_tagged(path):
-    """Read `word|TAG word|TAG ...` lines (the tag is after the LAST '|')."""
+def read_tagged(path):
+    """Read `word|TAG word|TAG ...` lines (the tag is after the LAST '|') as string pairs."""
     sents = []
     with open(path, encoding="utf-8") as f:
         for line in f:
             pairs = [tok.rsplit("|", 1) for tok in line.split()]
             if pairs:
                 sents.append(([w for w, _ in pairs], [t for _, t in pairs]))
-    tags = sorted({t for _, ts in sents for t in ts})
-    return index_tagged(sents, tags)
+    return sents
+
+
+def load_tagged(path):
+    sents = read_tagged(path)
+    return index_tagged(sents, sorted({t for _, ts in sents for t in ts}))
 
 
 def index_tagged(sents, tags):
@@ -233,21 +237,25 @@ def index_tagged(sents, tags):
 EOS = "<s>"
 
 
-def synthetic_lm(n, seed=0, vocab_size=10000, n_classes=100, mean_len=21, max_len=80):
-    """Token-id sentences; id 0 is the sentence boundary <s>. Class bigram chain + Zipf in class."""
+def synthetic_lm(n, seed=0, vocab_size=10000, n_classes=50, mean_len=21, max_len=80):
+    """Token-id sentences; id 0 is the sentence boundary <s>.
+
+    Words have PTB-like Zipf frequencies and are dealt round-robin into classes (so every class
+    has frequent and rare words); the class sequence is a sparse Markov chain (3 likely successors),
+    so an LM that tracks context beats the unigram model even after little training."""
     rng = np.random.default_rng(seed)
-    per = (vocab_size - 1) // n_classes
-    succ = rng.integers(0, n_classes, size=(n_classes, 4))  # 4 likely next classes each
-    succ_p = np.array([0.45, 0.3, 0.15, 0.1])
-    in_class = zipf_probs(per)
-    start_p = zipf_probs(n_classes)
+    p = zipf_probs(vocab_size - 1)
+    members = [np.arange(c, vocab_size - 1, n_classes) for c in range(n_classes)]
+    in_class = [p[m] / p[m].sum() for m in members]
+    succ = np.array([rng.permutation(n_classes)[:3] for _ in range(n_classes)])
+    succ_p = np.array([0.6, 0.3, 0.1])
     sents = []
     for L in lengths(rng, n, mean_len, 1, max_len):
-        c = rng.choice(n_classes, p=start_p)
+        c = int(rng.integers(n_classes))
         toks = []
         for _ in range(L):
-            toks.append(1 + c * per + int(rng.choice(per, p=in_class)))
-            c = succ[c, rng.choice(4, p=succ_p)]
+            toks.append(1 + int(members[c][rng.choice(len(members[c]), p=in_class[c])]))
+            c = succ[c, rng.choice(3, p=succ_p)]
         sents.append(toks)
     return sents, {"n_words": vocab_size, "vocab": Vocab(["w%d" % i for i in range(1, vocab_size)])}
 

@@ -12,7 +12,7 @@ import sys
 # strategy name -> renew_cg(autobatching=...) argument for autobatch
 AUTOBATCH_STRATEGIES = {"none": "none", "depth": "depth", "agenda": "agenda"}
 # strategy name -> dynet_config autobatch flag (0 off, 1 agenda, 2 depth-based)
-DYNET_MODES = {"none": 0, "agenda": 1, "depth": 2}
+DYNET_MODES = {"none": 0, "depth": 2, "agenda": 1}
 BACKENDS = ("numpy", "cupy")
 
 INSTALL_HINT = {"dynet": "pip install dynet38", "torch": "pip install torch==2.13.0",

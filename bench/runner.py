@@ -80,9 +80,18 @@ def _add_stats(acc, d):
             acc[k] = acc.get(k, 0) + v
 
 
+def _backend_of(fw):
+    """autobatch's array backend (None for DyNet): on CuPy, kernels run asynchronously."""
+    rt = getattr(fw.dy, "runtime", None) if fw.kind == "autobatch" else None
+    return rt.state().backend if rt is not None else None
+
+
 class DyLoop:
     def __init__(self, fw, model, trainer):
         self.fw, self.model, self.trainer = fw, model, trainer
+        # wait for queued GPU work before reading each phase's clock (a no-op on NumPy);
+        # forward needs none: loss.value() copies to the host
+        self.sync = getattr(_backend_of(fw), "synchronize", None) or (lambda: None)
 
     def step(self, batch, acc):
         dy, fw = self.fw.dy, self.fw
@@ -96,8 +105,10 @@ class DyLoop:
         value = loss.value()
         t4 = time.perf_counter()
         loss.backward()
+        self.sync()
         t5 = time.perf_counter()
         self.trainer.update()
+        self.sync()
         t6 = time.perf_counter()
         if s0 is not None:
             _add_stats(acc.setdefault("stats", {}), _stats_delta(s0, fw.stats()))
@@ -200,6 +211,9 @@ def measure(cfg, progress_label=None):
         peak_rss_mb=maxrss_mb(),
     )
     rec["rss_delta_mb"] = rec["peak_rss_mb"] - base_rss
+    be = _backend_of(fw) if fwk != "torch" else None
+    if be is not None and hasattr(be, "peak_bytes"):   # CuPy: device memory held by its pool
+        rec["gpu_peak_mb"] = be.peak_bytes() / 2 ** 20
     rec.update(_phases(med, fwk))
     rec.update({k: med.get(k) for k in ("wall_build_s", "wall_forward_s", "wall_backward_s", "wall_update_s")})
     st = med.get("stats")
@@ -244,9 +258,12 @@ def main(argv):
     req = json.loads(argv[0])
     try:
         rec = measure(req["cfg"], req.get("label"))
-    except Exception as e:  # report, don't crash the whole benchmark
-        traceback.print_exc()
-        rec = {**DEFAULTS, **req["cfg"], "error": "%s: %s" % (type(e).__name__, e)}
+    except Exception as e:  # report in the table (where it happened too), don't crash the benchmark
+        if os.environ.get("BENCH_DEBUG"):
+            traceback.print_exc()
+        fr = traceback.extract_tb(e.__traceback__)[-1]
+        rec = {**DEFAULTS, **req["cfg"], "error": "%s: %s [%s:%d] (BENCH_DEBUG=1 for the traceback)" % (
+            type(e).__name__, e, os.path.relpath(fr.filename, REPO), fr.lineno)}
     sys.stdout.write("\n" + MARK + json.dumps(rec) + "\n")
     sys.stdout.flush()
 

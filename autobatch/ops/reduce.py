@@ -110,12 +110,12 @@ class MaxDim(Op):
         return y.reshape(y.shape[0], -1) if y.ndim == 1 else y
 
     def backward(self, xp, xs, y, gy, attr, data):
-        x = xs[0]
-        idx = x.argmax(axis=attr + 1)
-        g = xp.zeros_like(x)
-        gy = gy.reshape(idx.shape)
-        xp.put_along_axis(g, xp.expand_dims(idx, attr + 1), xp.expand_dims(gy, attr + 1), axis=attr + 1)
-        return [g]
+        x, ax = xs[0], attr + 1
+        idx = x.argmax(axis=ax)
+        # one-hot of the argmax along ax (portable: no put_along_axis needed on CuPy)
+        pos = xp.arange(x.shape[ax]).reshape((-1,) + (1,) * (x.ndim - ax - 1))
+        hot = pos == xp.expand_dims(idx, ax)
+        return [hot * xp.expand_dims(gy.reshape(idx.shape), ax)]
 
 
 def _log_softmax(xp, x):

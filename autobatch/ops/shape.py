@@ -54,6 +54,9 @@ class ConcatenateCols(Op):
 
 @register
 class Reshape(Op):
+    """DyNet keeps the column-major layout: (3, 4) -> (2, 6) reads and writes columns
+    first (like inputMatrix and vec_value). Order 'F' on the (B, ...) block keeps the
+    batch index fastest in both, so each node is reshaped on its own."""
     name = "reshape"
 
     def shape(self, shapes, attr):
@@ -68,10 +71,10 @@ class Reshape(Op):
         return attr
 
     def forward(self, xp, xs, attr, data):
-        return xs[0].reshape((xs[0].shape[0],) + attr)
+        return xs[0].reshape((xs[0].shape[0],) + attr, order="F")
 
     def backward(self, xp, xs, y, gy, attr, data):
-        return [gy.reshape(xs[0].shape)]
+        return [gy.reshape(xs[0].shape, order="F")]
 
 
 @register

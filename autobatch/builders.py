@@ -1,0 +1,320 @@
+"""RNN builders (DyNet's VanillaLSTMBuilder / LSTMBuilder, SimpleRNNBuilder, GRUBuilder),
+written only with the public expression functions.
+
+Each step is a handful of nodes whose signatures depend only on the builder's
+parameters, so step t of every sequence in a graph shares signatures and the
+scheduler batches them: one GEMM per affine per step for all sequences together.
+
+Shapes: inputs x are (input_dim,) vectors, hidden and cell states (hidden_dim,).
+Parameters live in a subcollection of the model, in DyNet's order per layer."""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+from . import api as dy
+from . import runtime
+from .errors import GraphError, user_line
+from .graph import Expression
+from .params import ConstInitializer, ParameterCollection
+
+__all__ = ["RNNState", "VanillaLSTMBuilder", "LSTMBuilder", "SimpleRNNBuilder", "GRUBuilder"]
+
+
+def _shape_of(x) -> tuple:
+    if type(x) is not Expression:
+        raise TypeError(f"expected an Expression, got {type(x).__name__} [at {user_line()}]")
+    return x.cg.shapes[x.i]
+
+
+class _Run:
+    """What one initial_state() fixes for a sequence: the parameter nodes of the
+    current graph and the dropout masks (masks stay the same along the sequence)."""
+
+    __slots__ = ("exprs", "masks_x", "masks_h")
+
+    def __init__(self, exprs, masks_x, masks_h):
+        self.exprs = exprs
+        self.masks_x = masks_x
+        self.masks_h = masks_h
+
+
+class RNNState:
+    """An immutable point of a sequence: ``add_input`` returns the next state.
+
+    ``hs`` / ``cs`` hold one (hidden_dim,) expression per layer, or are None for the
+    initial state without given vectors (the first step then skips the recurrent terms)."""
+
+    __slots__ = ("_b", "_run", "_prev", "_hs", "_cs")
+
+    def __init__(self, builder: "_Builder", run: _Run, prev: Optional["RNNState"],
+                 hs: Optional[list], cs: Optional[list]):
+        self._b, self._run, self._prev, self._hs, self._cs = builder, run, prev, hs, cs
+
+    def add_input(self, x: Expression) -> "RNNState":
+        """The state after reading x of shape (input_dim,)."""
+        return self._b._step(self, x)
+
+    def add_inputs(self, xs: Sequence[Expression]) -> List["RNNState"]:
+        """The states after each of xs (one per input)."""
+        out, s = [], self
+        for x in xs:
+            s = s.add_input(x)
+            out.append(s)
+        return out
+
+    def transduce(self, xs: Sequence[Expression]) -> List[Expression]:
+        """The outputs (top-layer h, (hidden_dim,)) after each of xs."""
+        return [s.output() for s in self.add_inputs(xs)]
+
+    def output(self) -> Optional[Expression]:
+        """Top-layer h (hidden_dim,); None for an initial state without vectors (as DyNet)."""
+        return self._hs[-1] if self._hs else None
+
+    def h(self) -> tuple:
+        """h of every layer, bottom first (empty for an initial state without vectors)."""
+        return tuple(self._hs) if self._hs else ()
+
+    def s(self) -> tuple:
+        """The full state: LSTM (c_1..c_L, h_1..h_L), otherwise h_1..h_L."""
+        if not self._hs:
+            return ()
+        return tuple(self._cs) + tuple(self._hs) if self._cs is not None else tuple(self._hs)
+
+    def prev(self) -> Optional["RNNState"]:
+        return self._prev
+
+    def b(self) -> "_Builder":
+        return self._b
+
+    def set_h(self, es: Sequence[Expression]) -> "RNNState":
+        """A successor state whose h's are es (LSTM cells carry over from this state)."""
+        hs = self._b._check_vecs(list(es), self._b.layers, "set_h")
+        cs = self._cs if self._cs is not None else (self._b._zero_cells() if self._b._has_cell else None)
+        return RNNState(self._b, self._run, self, hs, cs)
+
+    def set_s(self, es: Sequence[Expression]) -> "RNNState":
+        """A successor state with the full state es (see ``s()`` for the layout)."""
+        hs, cs = self._b._split_state(list(es), "set_s")
+        return RNNState(self._b, self._run, self, hs, cs)
+
+
+class _Builder:
+    """Common part: parameters per layer, dropout settings, initial states, stacking."""
+
+    _has_cell = False
+    _variational = False   # True: dropout masks fixed per sequence (built in _masks)
+    _kind = "rnn"
+
+    def __init__(self, layers: int, input_dim: int, hidden_dim: int, model: ParameterCollection):
+        for name, v in (("layers", layers), ("input_dim", input_dim), ("hidden_dim", hidden_dim)):
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ValueError(f"{type(self).__name__}: {name} must be a positive int, got {v!r}")
+        if not isinstance(model, ParameterCollection):
+            raise TypeError(f"{type(self).__name__}: model must be a ParameterCollection, got {type(model).__name__}")
+        self.layers, self.input_dim, self.hidden_dim = layers, input_dim, hidden_dim
+        self.spec = (layers, input_dim, hidden_dim)
+        self.model = model.add_subcollection(self._kind + "-builder")
+        self.params: list = [self._make_layer(input_dim if l == 0 else hidden_dim) for l in range(layers)]
+        self.dropout = 0.0
+        self.dropout_h = 0.0
+
+    # --- to be defined by each builder ------------------------------------------
+    def _make_layer(self, in_dim: int) -> list:
+        raise NotImplementedError
+
+    def _layer_step(self, P: list, x: Expression, h, c, mh):
+        """One layer: returns (h, c) (c None for cell-less builders)."""
+        raise NotImplementedError
+
+    # --- DyNet API ------------------------------------------------------------------
+    def param_collection(self) -> ParameterCollection:
+        return self.model
+
+    def get_parameters(self) -> list:
+        """Per layer, the parameters in DyNet's order."""
+        return [list(P) for P in self.params]
+
+    def get_parameter_expressions(self) -> list:
+        return [[dy.parameter(p) for p in P] for P in self.params]
+
+    def whoami(self) -> str:
+        return type(self).__name__
+
+    def set_dropout(self, p: float, p_h: Optional[float] = None) -> None:
+        """Dropout rate on each layer's input (and, for the LSTM, on the recurrent h:
+        p_h, default p). Applied only while ``dy.set_dropout`` is on."""
+        for v in (p, p_h):
+            if v is not None and not 0 <= v < 1:
+                raise ValueError(f"set_dropout: rate must be in [0, 1), got {v}")
+        self.dropout = float(p)
+        self.dropout_h = float(p if p_h is None else p_h)
+
+    def disable_dropout(self) -> None:
+        self.dropout = self.dropout_h = 0.0
+
+    def initial_state(self, vecs: Optional[Sequence[Expression]] = None, update: bool = True) -> RNNState:
+        """Start a sequence in the current graph. vecs: None (zero state), or the full
+        state as ``s()`` lays it out: LSTM [c_1..c_L, h_1..h_L], else [h_1..h_L], each (hidden_dim,)."""
+        exprs = [[dy.parameter(p, update) for p in P] for P in self.params]
+        run = _Run(exprs, *self._masks())
+        if vecs is None:
+            return RNNState(self, run, None, None, None)
+        hs, cs = self._split_state(list(vecs), "initial_state")
+        return RNNState(self, run, None, hs, cs)
+
+    def initial_state_from_raw_vectors(self, vecs=None, update: bool = True) -> RNNState:
+        """As ``initial_state`` with lists or arrays instead of expressions."""
+        return self.initial_state(None if vecs is None else [dy.inputVector(v) for v in vecs], update)
+
+    # --- internals -------------------------------------------------------------------
+    def _masks(self):
+        """Per-sequence masks (built once: DyNet's per-sequence dropout masks); None when off."""
+        return None, None
+
+    def _zero_cells(self) -> list:
+        return [dy.zeros(self.hidden_dim) for _ in range(self.layers)]
+
+    def _check_vecs(self, es: list, n: int, where: str) -> list:
+        if len(es) != n:
+            raise GraphError(f"{type(self).__name__}.{where}: needs {n} vectors, got {len(es)} [at {user_line()}]")
+        for e in es:
+            if _shape_of(e) != (self.hidden_dim,):
+                raise GraphError(f"{type(self).__name__}.{where}: state vectors must have shape "
+                                 f"({self.hidden_dim},), got {_shape_of(e)} [at {user_line()}]")
+        return es
+
+    def _split_state(self, es: list, where: str):
+        L = self.layers
+        if self._has_cell:
+            es = self._check_vecs(es, 2 * L, where)
+            return es[L:], es[:L]
+        return self._check_vecs(es, L, where), None
+
+    def _step(self, state: RNNState, x: Expression) -> RNNState:
+        if _shape_of(x) != (self.input_dim,):
+            raise GraphError(f"{type(self).__name__}.add_input: input must have shape ({self.input_dim},), "
+                             f"got {_shape_of(x)} [at {user_line()}]")
+        run = state._run
+        hs, cs = [], []
+        for l in range(self.layers):
+            h = state._hs[l] if state._hs else None
+            c = state._cs[l] if state._cs is not None else None
+            mx = run.masks_x[l] if run.masks_x is not None else None
+            if mx is not None:
+                x = dy.cmult(x, mx)
+            elif self.dropout > 0 and not self._variational:
+                x = dy.dropout(x, self.dropout)
+            mh = run.masks_h[l] if run.masks_h is not None else None
+            h, c = self._layer_step(run.exprs[l], x, h, c, mh)
+            hs.append(h)
+            cs.append(c)
+            x = h
+        return RNNState(self, run, state, hs, cs if self._has_cell else None)
+
+
+class VanillaLSTMBuilder(_Builder):
+    """DyNet's vanilla LSTM. Per layer: W_x (4H, in), W_h (4H, H), b (4H), gates in the
+    order i, f, o, g::
+
+        a = b + W_x·x + W_h·h_prev          (one affine: two GEMMs per step for the batch)
+        i, f, o = σ(a[0:H]), σ(a[H:2H]), σ(a[2H:3H]);  g = tanh(a[3H:4H])
+        c = f⊙c_prev + i⊙g;  h = o⊙tanh(c)
+
+    The forget slice of b starts at 1 (DyNet adds a constant forget bias 1 instead;
+    the same at initialisation, one node fewer per step). Dropout is DyNet's
+    variational dropout: masks on x and h_prev drawn once per initial_state()."""
+
+    _has_cell = True
+    _variational = True
+    _kind = "vanilla-lstm"
+
+    def _make_layer(self, in_dim: int) -> list:
+        H = self.hidden_dim
+        m = self.model
+        b = m.add_parameters((4 * H,), ConstInitializer(0.0))
+        b.value[H:2 * H] = 1.0
+        # keep DyNet's order [W_x, W_h, b] whatever the creation order
+        return [m.add_parameters((4 * H, in_dim)), m.add_parameters((4 * H, H)), b]
+
+    def _masks(self):
+        if not runtime.state().dropout or (self.dropout == 0 and self.dropout_h == 0):
+            return None, None
+        H = self.hidden_dim
+
+        def masks(p, dims):
+            return [dy.dropout(dy.ones(d), p) for d in dims] if p > 0 else [None] * len(dims)
+        mx = masks(self.dropout, [self.input_dim] + [H] * (self.layers - 1))
+        mh = masks(self.dropout_h, [H] * self.layers)
+        return mx, mh
+
+    def _layer_step(self, P, x, h, c, mh):
+        Wx, Wh, b = P
+        H = self.hidden_dim
+        if h is None:
+            a = dy.affine_transform([b, Wx, x])
+        else:
+            if mh is not None:
+                h = dy.cmult(h, mh)
+            a = dy.affine_transform([b, Wx, x, Wh, h])
+        i = dy.logistic(dy.pickrange(a, 0, H))
+        o = dy.logistic(dy.pickrange(a, 2 * H, 3 * H))
+        g = dy.tanh(dy.pickrange(a, 3 * H, 4 * H))
+        if c is None:
+            c_new = dy.cmult(i, g)
+        else:
+            f = dy.logistic(dy.pickrange(a, H, 2 * H))
+            c_new = dy.cmult(f, c) + dy.cmult(i, g)
+        return dy.cmult(o, dy.tanh(c_new)), c_new
+
+
+LSTMBuilder = VanillaLSTMBuilder
+
+
+class SimpleRNNBuilder(_Builder):
+    """Elman RNN. Per layer: W_x (H, in), W_h (H, H), b (H)::
+
+        h = tanh(b + W_x·x + W_h·h_prev)
+
+    Dropout (set_dropout) is fresh per step on each layer's input, as DyNet's."""
+
+    _kind = "simple-rnn"
+
+    def _make_layer(self, in_dim: int) -> list:
+        H, m = self.hidden_dim, self.model
+        return [m.add_parameters((H, in_dim)), m.add_parameters((H, H)), m.add_parameters((H,), ConstInitializer(0.0))]
+
+    def _layer_step(self, P, x, h, c, mh):
+        Wx, Wh, b = P
+        a = dy.affine_transform([b, Wx, x] if h is None else [b, Wx, x, Wh, h])
+        return dy.tanh(a), None
+
+
+class GRUBuilder(_Builder):
+    """GRU as DyNet's. Per layer, DyNet's order [W_xz, W_hz, b_z, W_xr, W_hr, b_r, W_xh, W_hh, b_h]::
+
+        z = σ(b_z + W_xz·x + W_hz·h_prev);  r = σ(b_r + W_xr·x + W_hr·h_prev)
+        ĥ = tanh(b_h + W_xh·x + W_hh·(r⊙h_prev))
+        h = (1-z)⊙h_prev + z⊙ĥ     (computed as h_prev + z⊙(ĥ - h_prev))
+
+    Separate gate matrices cost no more batches than one stacked affine plus slices
+    (z and r are two affine batches instead of one affine and two slice batches).
+    Dropout is fresh per step on each layer's input, as DyNet's."""
+
+    _kind = "gru"
+
+    def _make_layer(self, in_dim: int) -> list:
+        H, m = self.hidden_dim, self.model
+        out = []
+        for _ in range(3):
+            out += [m.add_parameters((H, in_dim)), m.add_parameters((H, H)), m.add_parameters((H,), ConstInitializer(0.0))]
+        return out
+
+    def _layer_step(self, P, x, h, c, mh):
+        Wxz, Whz, bz, Wxr, Whr, br, Wxh, Whh, bh = P
+        if h is None:
+            z = dy.logistic(dy.affine_transform([bz, Wxz, x]))
+            return dy.cmult(z, dy.tanh(dy.affine_transform([bh, Wxh, x]))), None
+        z = dy.logistic(dy.affine_transform([bz, Wxz, x, Whz, h]))
+        r = dy.logistic(dy.affine_transform([br, Wxr, x, Whr, h]))
+        hh = dy.tanh(dy.affine_transform([bh, Wxh, x, Whh, dy.cmult(r, h)]))
+        return h + dy.cmult(z, hh - h), None

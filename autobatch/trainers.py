@@ -1,0 +1,203 @@
+"""Trainers with DyNet's update rules, clipping and sparse lookup updates.
+
+``update()`` (1) collects the parameters to update (``updated`` True; for lookup
+tables under sparse updates only the rows that got gradient, all rows when the table
+was used densely), (2) rescales by DyNet's global-norm clipping, (3) applies the
+rule, (4) zeroes the gradients. Arrays are those of each parameter's backend
+(``p.xp``: NumPy or CuPy); the only host transfer is the gradient norm."""
+from __future__ import annotations
+
+import math
+import sys
+import warnings
+from typing import Optional
+
+from .errors import NonFiniteError
+from .params import Parameter, ParameterCollection
+
+__all__ = ["Trainer", "SimpleSGDTrainer", "MomentumSGDTrainer", "AdagradTrainer", "AdamTrainer"]
+
+
+class Trainer:
+    """Base class. Subclasses define ``_n_aux`` (state arrays per parameter) and ``_rule``."""
+
+    _n_aux = 0
+
+    def __init__(self, m: ParameterCollection, learning_rate: float):
+        if not isinstance(m, ParameterCollection):
+            raise TypeError(f"{type(self).__name__}: needs a ParameterCollection, got {type(m).__name__}")
+        self.model = m
+        self.learning_rate = float(learning_rate)
+        self.clipping_enabled = True
+        self.clip_threshold = 5.0
+        self.sparse_updates_enabled = True
+        self.updates = 0
+        self.clips = 0
+        self.updates_since_status = 0
+        self.clips_since_status = 0
+        self._aux: dict = {}      # Parameter -> list of state arrays shaped like its value
+
+    # --- DyNet API ---------------------------------------------------------------
+    def set_clip_threshold(self, thr: float) -> None:
+        """Global gradient-norm clipping threshold; thr <= 0 (e.g. -1) switches clipping off."""
+        if thr <= 0:
+            self.clipping_enabled, self.clip_threshold = False, 0.0
+        else:
+            self.clipping_enabled, self.clip_threshold = True, float(thr)
+
+    def get_clip_threshold(self) -> float:
+        return self.clip_threshold
+
+    def set_sparse_updates(self, su: bool) -> None:
+        """True (default): lookup tables update only the rows that got gradient."""
+        self.sparse_updates_enabled = bool(su)
+
+    def set_learning_rate(self, lr: float) -> None:
+        self.learning_rate = float(lr)
+
+    def status(self) -> str:
+        """Print (to stderr, as DyNet) and return learning rate, clips and updates since the
+        last call; resets those counters."""
+        s = f"[lr={self.learning_rate:g} clips={self.clips_since_status} updates={self.updates_since_status}] "
+        sys.stderr.write(s)
+        self.clips_since_status = self.updates_since_status = 0
+        return s
+
+    def update_epoch(self, r: float = 1.0) -> None:
+        """Deprecated in DyNet 2 and a no-op there (the learning rate is unchanged):
+        decay ``trainer.learning_rate`` yourself."""
+        warnings.warn("update_epoch() is deprecated and does nothing (as in DyNet 2); "
+                      "change trainer.learning_rate directly", DeprecationWarning, stacklevel=2)
+
+    def restart(self, learning_rate: Optional[float] = None) -> None:
+        """Forget optimizer state (momenta, moments); optionally set a new learning rate.
+        As DyNet, the update counter (Adam's bias correction) keeps running."""
+        self._aux.clear()
+        if learning_rate is not None:
+            self.learning_rate = float(learning_rate)
+
+    def update(self) -> None:
+        """Apply the accumulated gradients of every parameter of the model, then zero them."""
+        work = []   # (parameter, rows or None for all)
+        for p in self.model.parameters_list():
+            if p.updated:
+                work.append((p, None))
+        for p in self.model.lookup_parameters_list():
+            if not p.updated:
+                continue
+            rows = p.used_rows() if self.sparse_updates_enabled else None
+            if rows is None or rows.shape[0] > 0:
+                work.append((p, rows))
+        gscale = self._clip_scale(work)
+        for p, rows in work:
+            self._apply(p, rows, gscale)
+        for p in self.model.all_parameters():
+            p._clear_grad()
+        self.updates += 1
+        self.updates_since_status += 1
+
+    # --- internals -----------------------------------------------------------------
+    def _clip_scale(self, work) -> float:
+        """DyNet's clipping: scale all gradients by thr/‖g‖ when the global norm exceeds thr."""
+        if not self.clipping_enabled or not work:
+            return 1.0
+        sums: dict = {}   # one device reduction per backend, one host transfer each
+        for p, rows in work:
+            g = p.grad if rows is None else p.grad[rows]
+            s = (g * g).sum()
+            sums[p.xp] = s if p.xp not in sums else sums[p.xp] + s
+        norm = math.sqrt(sum(float(s) for s in sums.values()))
+        if not math.isfinite(norm):
+            raise NonFiniteError(f"{type(self).__name__}.update: gradient norm is {norm}; "
+                                 "gradients are left as they are")
+        if norm > self.clip_threshold:
+            self.clips += 1
+            self.clips_since_status += 1
+            return self.clip_threshold / norm
+        return 1.0
+
+    def _state(self, p: Parameter) -> list:
+        aux = self._aux.get(p)
+        if aux is None:
+            aux = self._aux[p] = [p.xp.zeros_like(p.value) for _ in range(self._n_aux)]
+        return aux
+
+    def _apply(self, p: Parameter, rows, gscale: float) -> None:
+        aux = self._state(p)
+        if rows is None:
+            new_x, new_aux = self._rule(p.value, p.grad, aux, gscale, p.xp)
+            p.value[...] = new_x
+            for a, n in zip(aux, new_aux):
+                a[...] = n
+        else:
+            new_x, new_aux = self._rule(p.value[rows], p.grad[rows], [a[rows] for a in aux], gscale, p.xp)
+            p.value[rows] = new_x
+            for a, n in zip(aux, new_aux):
+                a[rows] = n
+
+    def _rule(self, x, g, aux: list, gscale: float, xp):
+        """New value and state arrays from value x, gradient g and state aux (all same shape)."""
+        raise NotImplementedError
+
+
+class SimpleSGDTrainer(Trainer):
+    """x ← x − η·s·g  (s: the clipping scale)."""
+
+    def __init__(self, m: ParameterCollection, learning_rate: float = 0.1):
+        super().__init__(m, learning_rate)
+
+    def _rule(self, x, g, aux, gscale, xp):
+        return x - (self.learning_rate * gscale) * g, []
+
+
+class MomentumSGDTrainer(Trainer):
+    """v ← μ·v − η·s·g;  x ← x + v."""
+
+    _n_aux = 1
+
+    def __init__(self, m: ParameterCollection, learning_rate: float = 0.01, mom: float = 0.9):
+        super().__init__(m, learning_rate)
+        self.momentum = float(mom)
+
+    def _rule(self, x, g, aux, gscale, xp):
+        v = self.momentum * aux[0] - (self.learning_rate * gscale) * g
+        return x + v, [v]
+
+
+class AdagradTrainer(Trainer):
+    """G ← G + (s·g)²;  x ← x − η·s·g / √(G + ε)."""
+
+    _n_aux = 1
+
+    def __init__(self, m: ParameterCollection, learning_rate: float = 0.1, eps: float = 1e-20):
+        super().__init__(m, learning_rate)
+        self.epsilon = float(eps)
+
+    def _rule(self, x, g, aux, gscale, xp):
+        g = gscale * g
+        G = aux[0] + g * g
+        return x - self.learning_rate * g / xp.sqrt(G + self.epsilon), [G]
+
+
+class AdamTrainer(Trainer):
+    """DyNet's Adam, t = updates + 1 (counted over update() calls, shared by all rows)::
+
+        m ← β1·m + (1−β1)·s·g;  v ← β2·v + (1−β2)·(s·g)²
+        x ← x − α·√(1−β2ᵗ)/(1−β1ᵗ) · m / (√v + ε·√(1−β2ᵗ))"""
+
+    _n_aux = 2
+
+    def __init__(self, m: ParameterCollection, alpha: float = 0.001, beta_1: float = 0.9,
+                 beta_2: float = 0.999, eps: float = 1e-8):
+        super().__init__(m, alpha)
+        self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(eps)
+
+    def _rule(self, x, g, aux, gscale, xp):
+        b1, b2 = self.beta_1, self.beta_2
+        g = gscale * g
+        m = b1 * aux[0] + (1 - b1) * g
+        v = b2 * aux[1] + (1 - b2) * (g * g)
+        t = self.updates + 1
+        c2 = math.sqrt(1 - b2 ** t)
+        lr_t = self.learning_rate * c2 / (1 - b1 ** t)
+        return x - lr_t * m / (xp.sqrt(v) + self.epsilon * c2), [m, v]

@@ -1,0 +1,327 @@
+"""Runs traced vertex functions over a Plan: forward by frontiers, backward (∂F) over the same
+frontiers in reverse.
+
+Memory (Cavs' dynamic tensors, §3.3): every symbol of a kind's trace owns ONE contiguous
+buffer with a row per vertex of that kind, in frontier order; frontier t writes its block of
+rows. Since the plan knows every frontier's size up front, buffers are allocated once at full
+size instead of grown. The scatter state is one (N+1, *shape) array per scattered value
+(row N stays zero: what a missing child gathers). gather = one take per (child, value) into
+the gather symbol's rows; scatter = one slice copy; pull/push = one index copy per kind.
+
+Lazy batching (§3.4): instructions that do not depend on a gather run once over all rows of
+the kind ("pre"), those that only feed pushes once at the end ("post"); only the gather→scatter
+path runs per frontier. Parameter gradients of products on that path are summed once over
+all frontiers (see lazygrad.py)."""
+from __future__ import annotations
+
+from .trace import CONST, IDS, SEED
+from . import fuse, lazygrad
+
+
+class _Kind:
+    """Runtime state of one kind in one call."""
+
+    __slots__ = ("t", "rows", "n", "buf", "g", "ids", "seeds", "code", "deferred")
+
+    def __init__(self, t, rows):
+        self.t, self.rows, self.n = t, rows, rows.n
+        self.buf, self.g, self.ids, self.seeds = {}, {}, {}, None
+        self.deferred = []
+
+
+def _add_at(xp, a, idx, v):
+    if hasattr(xp.add, "at"):
+        xp.add.at(a, idx, v)
+    else:                                   # CuPy
+        import cupyx
+        cupyx.scatter_add(a, idx, v)
+
+
+class Run:
+    """One call of a vertex function: the data object of its vertex_call lazy-graph node."""
+
+    def __init__(self, fn, traces, plan, pulls, params, expr_inputs, pushes, total, dtype, seed):
+        self.fn, self.traces, self.plan = fn, traces, plan
+        self.pulls = pulls                  # name -> PullSource
+        self.params = params                # [(p, update)] = the node's first inputs
+        self.pindex = {(id(p), u): j for j, (p, u) in enumerate(params)}
+        self.expr_inputs = expr_inputs      # [(name, rows)] = the node's remaining inputs
+        self.pushes = pushes                # [(name, shape, size, offset)]
+        self.total, self.dtype, self.seed = total, dtype, seed
+        self.kinds = None
+        self.stats = {}
+
+    # ------------------------------------------------------------------ helpers
+    def _x(self, K, a, stacked, r0, r1):
+        t = K.t
+        if t.is_param[a]:
+            v = t.src[a][1].value
+            return self.xp.broadcast_to(v, (r1 - r0,) + v.shape) if stacked else v
+        return K.buf[a][r0:r1]
+
+    def _data(self, K, src, s, r0, r1):
+        dkind = src[5]
+        if dkind == CONST:
+            return [src[4]] * (r1 - r0)
+        if dkind == IDS:
+            return K.ids[src[4].name][r0:r1]
+        return K.seeds[r0:r1] ^ ((s * 0x9E3779B1) & 0x7FFFFFFF)
+
+    def _run(self, K, s, r0, r1):
+        src = K.t.src[s]
+        op, args, attr = src[1], src[2], src[3]
+        shared = op.shared_of(len(args))
+        xs = [self._x(K, a, j not in shared, r0, r1) for j, a in enumerate(args)]
+        out = K.buf[s][r0:r1]
+        if fuse.forward_into(self.xp, op, xs, attr, out):
+            return
+        data = self._data(K, src, s, r0, r1) if op.has_data else None
+        y = op.forward(self.xp, xs, attr, data)
+        out[...] = y.reshape(out.shape)
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, xp, xs):
+        self.xp = xp
+        plan, dtype = self.plan, self.dtype
+        N = plan.N
+        pull_all = self._pull_arrays(xp, xs)
+        shapes = self.fn.scatter_shapes or ()
+        self.state = state = [xp.zeros((N + 1,) + s, dtype=dtype) for s in shapes]
+        self.kinds = kinds = [_Kind(t, rows) for t, rows in zip(self.traces, plan.kinds)]
+        launches = 0
+        for K in kinds:
+            t, n = K.t, K.n
+            for s, src in enumerate(t.src):
+                if not t.is_param[s]:
+                    K.buf[s] = xp.empty((n,) + t.shapes[s], dtype=dtype)
+            gids = xp.asarray(K.rows.gids)
+            K.rows.gids = gids
+            for name in t.bounds:
+                K.ids[name] = pull_all[name][gids]
+            if any(t.src[s][5] == SEED for s in t.pre + t.front + t.post):
+                K.seeds = (gids.astype(xp.int64) * 1000003 + self.seed) & 0x7FFFFFFFFFFF
+            for s, name in t.pulls:
+                xp.take(pull_all[name], gids, axis=0, out=K.buf[s].reshape(n, -1))
+            for s in t.pre:
+                self._run(K, s, 0, n)
+            launches += len(t.pre)
+            pos = xp.asarray(K.rows.pos)
+            for j, s in enumerate(t.scatter):
+                if t.phase[s] == "pre":
+                    state[j][pos] = self._x(K, s, True, 0, n)
+        for lvl, k, r0, r1, g0 in plan.steps:
+            K = kinds[k]
+            t = K.t
+            if not t.front and not t.gathers:
+                continue
+            cp = K.rows.childpos
+            for c, j, s in t.gathers:
+                if t.phase[s] == "front":
+                    xp.take(state[j], xp.asarray(cp[r0:r1, c]), axis=0, out=K.buf[s][r0:r1])
+            for s in t.front:
+                self._run(K, s, r0, r1)
+            launches += len(t.front)
+            for j, s in enumerate(t.scatter):
+                if t.phase[s] != "pre":
+                    state[j][g0:g0 + r1 - r0] = K.buf[s][r0:r1]
+        for K in kinds:
+            t = K.t
+            for c, j, s in t.gathers:
+                if t.phase[s] == "post":
+                    xp.take(state[j], xp.asarray(K.rows.childpos[:, c]), axis=0, out=K.buf[s])
+            for s in t.post:
+                self._run(K, s, 0, K.n)
+            launches += len(t.post)
+        out = xp.zeros(self.total, dtype=dtype)
+        for name, shape, size, off in self.pushes:
+            # the lazy graph's reshape is column-major (DyNet's), so out[name] = reshape(segment,
+            # (N, *shape)) reads the segment with the vertex index fastest
+            seg = out[off:off + N * size].reshape((N,) + shape, order="F")
+            for K in kinds:
+                s = K.t.push.get(name)
+                if s is not None:
+                    seg[K.rows.gids] = self._x(K, s, True, 0, K.n)
+        self.stats = dict(vertices=N, frontiers=len(plan.steps), depth=plan.depth, kinds=len(kinds),
+                          forward_launches=launches)
+        return out[None]
+
+    def _pull_arrays(self, xp, xs):
+        """name -> (N, ...) array on the device: ids, float data, or lazy-graph rows."""
+        out = {}
+        P = len(self.params)
+        k = P
+        for name, src in self.pulls.items():
+            if src.kind == "expr":
+                n_in = len(src.exprs)
+                parts = [x.reshape(-1, src.size) for x in xs[k:k + n_in]]
+                k += n_in
+                out[name] = parts[0] if len(parts) == 1 else xp.concatenate(parts)
+            elif src.kind == "ids":
+                out[name] = xp.asarray(src.ids)
+            else:
+                out[name] = xp.asarray(src.vals, dtype=self.dtype).reshape(src.vals.shape[0], -1)
+        return out
+
+    # ------------------------------------------------------------------ backward
+    def _back(self, K, s, r0, r1, pg, defer):
+        t = K.t
+        src = t.src[s]
+        op, args, attr = src[1], src[2], src[3]
+        gy = K.g[s][r0:r1]
+        shared = op.shared_of(len(args))
+        xs = [self._x(K, a, j not in shared, r0, r1) for j, a in enumerate(args)]
+        if defer:
+            grads = lazygrad.input_grads(self.xp, op, xs, gy, attr, [t.need[a] for a in args])
+            if grads is not None:
+                K.deferred.append((s, r0, r1))
+                self._take_grads(K, args, shared, grads, r0, r1, pg)
+                return
+        data = self._data(K, src, s, r0, r1) if op.has_data else None
+        grads = op.backward(self.xp, xs, K.buf[s][r0:r1], gy, attr, data)
+        self._take_grads(K, args, shared, grads, r0, r1, pg)
+
+    def _take_grads(self, K, args, shared, grads, r0, r1, pg):
+        t = K.t
+        for j, gr in enumerate(grads):
+            if gr is None:
+                continue
+            a = args[j]
+            if not t.need[a]:
+                continue
+            if t.is_param[a]:
+                _, p, u = t.src[a]
+                if j not in shared and not hasattr(gr, "rows"):
+                    gr = gr.sum(axis=0)
+                pg.setdefault(self.pindex[(id(p), u)], []).append(gr)
+            else:
+                K.g[a][r0:r1] += gr
+
+    def backward(self, xp, xs, gy):
+        plan, kinds, dtype = self.plan, self.kinds, self.dtype
+        N = plan.N
+        gstate = [xp.zeros_like(s) for s in self.state]
+        pg: dict = {}
+        lazy = lazygrad.enabled()
+        for K in kinds:
+            t = K.t
+            K.g = {s: xp.zeros_like(K.buf[s]) for s in K.buf if t.need[s]}
+            K.deferred = []
+        gy = gy.reshape(-1)
+        for name, shape, size, off in self.pushes:
+            seg = gy[off:off + N * size].reshape((N,) + shape, order="F")
+            for K in kinds:
+                s = K.t.push.get(name)
+                if s is not None and K.t.need[s]:
+                    g = seg[K.rows.gids]
+                    if K.t.is_param[s]:
+                        _, p, u = K.t.src[s]
+                        pg.setdefault(self.pindex[(id(p), u)], []).append(g.sum(axis=0).reshape(p.value.shape))
+                    else:
+                        K.g[s] += g.reshape(K.g[s].shape)
+        dup = plan.shared_children
+        for K in kinds:
+            t = K.t
+            for s in reversed(t.post):
+                if t.need[s]:
+                    self._back(K, s, 0, K.n, pg, False)
+            for c, j, s in t.gathers:
+                if t.phase[s] == "post":
+                    self._gather_back(xp, gstate[j], K.rows.childpos[:, c], K.g[s], dup)
+        for lvl, k, r0, r1, g0 in reversed(plan.steps):
+            K = kinds[k]
+            t = K.t
+            if not t.front and not t.gathers:
+                continue
+            for j, s in enumerate(t.scatter):
+                if t.phase[s] != "pre" and t.need[s]:
+                    K.g[s][r0:r1] += gstate[j][g0:g0 + r1 - r0]
+            for s in reversed(t.front):
+                if t.need[s]:
+                    self._back(K, s, r0, r1, pg, lazy)
+            for c, j, s in t.gathers:
+                if t.phase[s] == "front":
+                    self._gather_back(xp, gstate[j], K.rows.childpos[r0:r1, c], K.g[s][r0:r1], dup)
+        for K in kinds:
+            t = K.t
+            for s in self._merged(K.deferred):
+                src = t.src[s]
+                op, args = src[1], src[2]
+                shared = op.shared_of(len(args))
+                xs_ = [self._x(K, a, j not in shared, 0, K.n) for j, a in enumerate(args)]
+                grads = lazygrad.param_grads(xp, op, xs_, K.g[s], src[3], [t.need[a] for a in args])
+                self._take_grads(K, args, shared, grads, 0, K.n, pg)
+            pos = xp.asarray(K.rows.pos)
+            for j, s in enumerate(t.scatter):
+                if t.phase[s] == "pre" and t.need[s]:
+                    gs = gstate[j][pos]
+                    if t.is_param[s]:
+                        _, p, u = t.src[s]
+                        pg.setdefault(self.pindex[(id(p), u)], []).append(gs.sum(axis=0))
+                    else:
+                        K.g[s] += gs
+            for s in reversed(t.pre):
+                if t.need[s]:
+                    self._back(K, s, 0, K.n, pg, False)
+        return self._param_grads(xp, pg) + self._pull_grads(xp, xs)
+
+    @staticmethod
+    def _merged(deferred):
+        """Deferred instructions, once per symbol: every frontier of a kind deferred the
+        same symbols, so together they cover all rows of the kind."""
+        return list(dict.fromkeys(s for s, _, _ in deferred))
+
+    def _gather_back(self, xp, gstate, idx, g, dup):
+        idx = xp.asarray(idx)
+        if dup:
+            _add_at(xp, gstate, idx, g)
+        else:
+            gstate[idx] += g           # unique children; repeats only hit the zero row N
+
+    def _param_grads(self, xp, pg):
+        out = []
+        for j, (p, u) in enumerate(self.params):
+            gl = pg.get(j)
+            if not gl:
+                out.append(None)
+                continue
+            dense = [g for g in gl if not hasattr(g, "rows")]
+            rows = [g for g in gl if hasattr(g, "rows")]
+            if dense:
+                d = dense[0].reshape(p.value.shape).copy() if len(dense) == 1 else sum(g.reshape(p.value.shape) for g in dense)
+                for r in rows:
+                    _add_at(xp, d, xp.asarray(r.rows), r.vals.reshape((-1,) + p.value.shape[1:]))
+                out.append(d)
+            elif len(rows) == 1:
+                out.append(rows[0])
+            else:
+                from ..ops import RowGrad
+                out.append(RowGrad(xp.concatenate([xp.asarray(r.rows).reshape(-1) for r in rows]),
+                                   xp.concatenate([r.vals.reshape((-1,) + p.value.shape[1:]) for r in rows])))
+        return out
+
+    def _pull_grads(self, xp, xs):
+        out = []
+        P = len(self.params)
+        k = P
+        N = self.plan.N
+        for name, src in self.pulls.items():
+            if src.kind != "expr":
+                continue
+            n_in = len(src.exprs)
+            g = None
+            for K in self.kinds:
+                for s, nm in K.t.pulls:
+                    if nm == name and s in K.g:
+                        if g is None:
+                            g = xp.zeros((N, src.size), dtype=self.dtype)
+                        g[K.rows.gids] += K.g[s].reshape(K.n, src.size)
+            if g is None:
+                out.extend([None] * n_in)
+            else:
+                r = 0
+                for x in xs[k:k + n_in]:
+                    m = x.size // src.size
+                    out.append(g[r:r + m].reshape(x.shape))
+                    r += m
+            k += n_in
+        return out

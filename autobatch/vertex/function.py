@@ -1,0 +1,325 @@
+"""``@dy.vertex_function``: declare F once; each call runs F over a batch of input graphs as
+ONE node of the current lazy graph (op ``vertex_call``), whose forward is the vertex engine
+and whose backward is ∂F. Its inputs are the parameters F uses and the lazy-graph
+Expressions it pulls, so gradients flow both ways and the two front ends mix in one model."""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .. import runtime
+from ..errors import GraphError, StaleExpressionError, user_line
+from ..graph import Expression, cg
+from ..ops import OPS
+from .engine import Run
+from .graphdata import InputGraph
+from .plan import Plan
+from .trace import NeedScatterShapes, Trace, TraceGraph, Vertex
+
+
+def _dims(d):
+    return (int(d),) if isinstance(d, numbers.Integral) else tuple(int(k) for k in d)
+
+
+class PullSource:
+    """One named external input of a call, N rows in input order."""
+
+    __slots__ = ("kind", "ids", "vals", "exprs", "shape", "size")
+
+    def __init__(self, kind, shape, ids=None, vals=None, exprs=None):
+        self.kind, self.shape, self.ids, self.vals, self.exprs = kind, tuple(shape), ids, vals, exprs
+        size = 1
+        for d in self.shape:
+            size *= d
+        self.size = size
+
+    def spec(self):
+        return ("ids",) if self.kind == "ids" else (self.kind, self.shape)
+
+
+def _pull_source(fname, name, src, sizes, N, g):
+    where = f"{fname}(..., {name}=...)"
+
+    def exprs_of(items):
+        rows, shape = [], None
+        for it in items:
+            if it.cg is not g:
+                raise StaleExpressionError(f"{where}: an Expression of another (renewed?) computation graph "
+                                           f"[at {user_line()}]")
+            rows.append(it)
+        return rows
+
+    if type(src) is Expression:                       # one Expression, a row per vertex
+        s = g.shapes[exprs_of([src])[0].i]
+        if not s or s[0] != N:
+            raise GraphError(f"{where}: an Expression of shape {s} needs {N} rows, one per vertex [at {user_line()}]")
+        return PullSource("expr", s[1:] or (1,), exprs=[src])
+    if isinstance(src, (list, tuple)) and len(src) == len(sizes) and len(src) > 0 and \
+            not isinstance(src[0], (numbers.Number, np.generic)):
+        # one entry per graph: an Expression with a row per vertex, a list of per-vertex
+        # Expressions, or an array-like of values
+        first = src[0]
+        if type(first) is Expression or (isinstance(first, (list, tuple)) and first and type(first[0]) is Expression):
+            exprs, shape = [], None
+            for gi, (item, n) in enumerate(zip(src, sizes)):
+                if type(item) is Expression:
+                    s = g.shapes[item.i]
+                    if not s or s[0] != n:
+                        raise GraphError(f"{where}: graph {gi} has {n} vertices but its Expression has shape {s} "
+                                         f"[at {user_line()}]")
+                    s = s[1:] or (1,)
+                    items = [item]
+                else:
+                    if len(item) != n:
+                        raise GraphError(f"{where}: graph {gi} has {n} vertices but {len(item)} Expressions "
+                                         f"[at {user_line()}]")
+                    items = list(item)
+                    s = g.shapes[items[0].i]
+                    for e in items:
+                        if type(e) is not Expression or g.shapes[e.i] != s:
+                            raise GraphError(f"{where}: per-vertex Expressions of graph {gi} must all have shape {s} "
+                                             f"[at {user_line()}]")
+                if shape is None:
+                    shape = s
+                elif s != shape:
+                    raise GraphError(f"{where}: rows of shape {s} in graph {gi}, {shape} before [at {user_line()}]")
+                exprs += exprs_of(items)
+            return PullSource("expr", shape, exprs=exprs)
+        arrs = [np.asarray(a) for a in src]
+        for gi, (a, n) in enumerate(zip(arrs, sizes)):
+            if a.ndim == 0 or a.shape[0] != n:
+                raise GraphError(f"{where}: graph {gi} has {n} vertices but {a.shape[0] if a.ndim else 1} values "
+                                 f"[at {user_line()}]")
+        arr = np.concatenate(arrs)
+    else:
+        arr = np.asarray(src)
+        if arr.ndim == 0 or arr.shape[0] != N:
+            raise GraphError(f"{where}: {arr.shape[0] if arr.ndim else 1} values for {N} vertices; pass one "
+                             f"entry per vertex, or one list per graph [at {user_line()}]")
+    if arr.dtype.kind in "iu":
+        if arr.ndim != 1:
+            raise GraphError(f"{where}: integer inputs are ids, one per vertex; got shape {arr.shape} [at {user_line()}]")
+        return PullSource("ids", (), ids=arr.astype(np.int64))
+    if arr.dtype.kind not in "fb":
+        raise GraphError(f"{where}: expected numbers or Expressions, got {arr.dtype} [at {user_line()}]")
+    return PullSource("float", arr.shape[1:] or (1,), vals=arr.reshape(N, -1) if arr.ndim == 1 else arr)
+
+
+class VertexOutputs:
+    """What a call pushed: ``out[name]`` is a lazy-graph Expression with one row per vertex
+    (all graphs, input order), shape (N, *pushed shape)."""
+
+    def __init__(self, exprs, offsets, run):
+        self._e, self.offsets, self.run = exprs, offsets, run
+
+    def __getitem__(self, name) -> Expression:
+        e = self._e.get(name)
+        if e is None:
+            raise KeyError(f"nothing was pushed as {name!r} (pushed: {sorted(self._e)})")
+        return e
+
+    def __contains__(self, name):
+        return name in self._e
+
+    def keys(self):
+        return self._e.keys()
+
+    def graph(self, name, i: int) -> Expression:
+        """The rows of graph i: shape (n_i, *pushed shape)."""
+        from ..api import pickrange
+        return pickrange(self[name], int(self.offsets[i]), int(self.offsets[i + 1]), 0)
+
+    def vertex(self, name, i: int, v: int) -> Expression:
+        """The value pushed by vertex v of graph i."""
+        from ..api import pick
+        return pick(self[name], int(self.offsets[i]) + int(v), 0)
+
+
+class VertexFunction:
+    """F declared once (see ``vertex_function``); call it with graphs and named inputs."""
+
+    def __init__(self, f, max_children, scatter_dims=None, name=None):
+        if not isinstance(max_children, numbers.Integral) or max_children < 0:
+            raise GraphError(f"vertex_function: max_children must be an int >= 0, got {max_children!r}")
+        self.f = f
+        self.name = name or getattr(f, "__name__", "F")
+        self.max_children = int(max_children)
+        self._declared = None if scatter_dims is None else [_dims(d) for d in scatter_dims]
+        self.clear()
+        self.last_stats = {}
+
+    def clear(self):
+        """Forget the traces (done automatically when a parameter changes shape)."""
+        self.traces: dict = {}
+        self.scatter_shapes = None if self._declared is None else list(self._declared)
+        self.reads = None
+        self.n_traced = 0
+
+    # ------------------------------------------------------------------ tracing
+    def _trace(self, arity, kind, pulls):
+        rt = runtime.state()
+        g = cg()
+        tg = TraceGraph(self.name, g.dtype, g.xp)
+        v = Vertex(tg, self, arity, kind, pulls)
+        saved = rt.graph
+        rt.graph = tg
+        try:
+            self.f(v)
+        except StaleExpressionError as e:
+            raise GraphError(f"vertex function {self.name} uses an Expression of the lazy graph directly; "
+                             f"pass it as a named input (f(graphs, x=expr)) and v.pull('x') it ({e})") from None
+        finally:
+            rt.graph = saved
+        if v.gathered and v.scattered is None:
+            raise GraphError(f"vertex function {self.name}: gathers from children but never calls v.scatter(...)")
+        shapes = [tg.shapes[s] for s in (v.scattered or ())]
+        if v.scattered is not None:
+            if self.scatter_shapes is None:
+                self.scatter_shapes = shapes
+            elif shapes != self.scatter_shapes:
+                raise GraphError(f"vertex function {self.name}: scatters shapes {shapes} for vertices with "
+                                 f"{arity} children but {self.scatter_shapes} elsewhere (declared or traced); "
+                                 f"every vertex must scatter the same shapes")
+        self.n_traced += 1
+        return Trace(tg, v)
+
+    def _get_trace(self, arity, kind, pulls, psig):
+        for key in ((arity, kind), (arity, None), (None, kind), (None, None)):
+            t = self.traces.get((key, psig))
+            if t is not None and t.key_of(arity, kind) == key:
+                return t
+        t = self._trace(arity, kind, pulls)
+        self.traces[(t.key_of(arity, kind), psig)] = t
+        return t
+
+    def _check_params(self):
+        for t in self.traces.values():
+            for (_, p, _), s in zip(t.params, t.param_shapes):
+                if tuple(p.value.shape) != s:
+                    self.clear()
+                    return
+
+    # ------------------------------------------------------------------ calling
+    def __call__(self, graphs, kind=None, **inputs) -> VertexOutputs:
+        if isinstance(graphs, InputGraph):
+            graphs = [graphs]
+        graphs = list(graphs)
+        if not graphs:
+            raise GraphError(f"{self.name}: needs at least one InputGraph [at {user_line()}]")
+        for gi, gr in enumerate(graphs):
+            if not isinstance(gr, InputGraph):
+                raise GraphError(f"{self.name}: graph {gi} is a {type(gr).__name__}, not a dy.InputGraph "
+                                 f"[at {user_line()}]")
+            if gr.child.shape[1] > self.max_children and int(gr.arity.max()) > self.max_children:
+                v = int(np.argmax(gr.arity))
+                raise GraphError(f"{self.name}: vertex {v} of graph {gi} has {int(gr.arity[v])} children, "
+                                 f"more than max_children={self.max_children} [at {user_line()}]")
+        g = cg()
+        sizes = [gr.n for gr in graphs]
+        N = int(sum(sizes))
+        pulls = {name: _pull_source(self.name, name, src, sizes, N, g) for name, src in inputs.items()}
+        specs = {name: p.spec() for name, p in pulls.items()}
+        psig = (tuple(sorted(specs.items())), g.dtype, runtime.state().dropout)
+        arity = np.concatenate([gr.arity for gr in graphs])
+        if kind is None:
+            ukind = np.zeros(N, dtype=np.int64)
+        else:
+            ukind = _pull_source(self.name, "kind", kind, sizes, N, g)
+            if ukind.kind != "ids":
+                raise GraphError(f"{self.name}: kind= takes one int per vertex [at {user_line()}]")
+            ukind = ukind.ids
+        self._check_params()
+        traces, kind_of = self._kinds(arity, ukind, specs, psig)
+        for t in traces:
+            for name, bound in t.bounds.items():
+                ids = pulls[name].ids
+                if bound is not None and ids.size and (ids.min() < 0 or ids.max() >= bound):
+                    bad = int(ids[(ids < 0) | (ids >= bound)][0])
+                    raise GraphError(f"{self.name}: {name}={bad} out of range: F uses {name} as an index "
+                                     f"below {bound} [at {user_line()}]")
+        plan = Plan(graphs, kind_of, len(traces))
+        return self._node(g, traces, plan, pulls, N)
+
+    def _kinds(self, arity, ukind, specs, psig):
+        """One trace per distinct vertex kind; kind = (arity, user kind) as far as F reads them."""
+        code = arity * (int(ukind.max()) + 1 if ukind.size else 1) + ukind
+        uniq, first, inv = np.unique(code, return_index=True, return_inverse=True)
+        pairs = [(int(arity[i]), int(ukind[i])) for i in first]
+        got = {}
+        pending = sorted(range(len(pairs)), key=lambda i: pairs[i])
+        while pending:
+            left = []
+            for i in pending:
+                try:
+                    got[i] = self._get_trace(pairs[i][0], pairs[i][1], specs, psig)
+                except NeedScatterShapes as e:
+                    left.append((i, e))
+            if len(left) == len(pending):
+                k = left[0][1].args[0]
+                raise GraphError(
+                    f"vertex function {self.name}: gather({k}) is used before anything tells what vertices "
+                    f"scatter; declare it (@vertex_function(..., scatter_dims=[...])) or branch on v.is_leaf "
+                    f"so that leaves are traced first")
+            pending = [i for i, _ in left]
+        traces, kid = [], {}
+        kind_of_pair = np.empty(len(pairs), dtype=np.int64)
+        for i in range(len(pairs)):
+            t = got[i]
+            if id(t) not in kid:
+                kid[id(t)] = len(traces)
+                traces.append(t)
+            kind_of_pair[i] = kid[id(t)]
+        return traces, kind_of_pair[inv.reshape(-1)]
+
+    def _node(self, g, traces, plan, pulls, N):
+        params, seen = [], set()
+        for t in traces:
+            for _, p, u in t.params:
+                if (id(p), u) not in seen:
+                    seen.add((id(p), u))
+                    params.append((p, u))
+        exprs = [e for name, src in pulls.items() if src.kind == "expr" for e in src.exprs]
+        pushes, off, shapes = [], 0, {}
+        for t in traces:
+            for name, s in t.push.items():
+                sh = t.shapes[s]
+                if shapes.setdefault(name, sh) != sh:
+                    raise GraphError(f"vertex function {self.name}: push({name!r}) has shape {sh} for one kind "
+                                     f"of vertex and {shapes[name]} for another [at {user_line()}]")
+        if not shapes:
+            raise GraphError(f"vertex function {self.name}: pushes nothing, so the call would have no output; "
+                             f"use v.push(name, x) [at {user_line()}]")
+        for name, sh in shapes.items():
+            size = int(np.prod(sh))
+            pushes.append((name, sh, size, off))
+            off += N * size
+        rt = runtime.state()
+        rt.graph_seed += 1
+        run = Run(self, traces, plan, pulls, params, [(e, None) for e in exprs], pushes, off, g.dtype,
+                  (g.seed * 7919 + rt.graph_seed) & 0xFFFFFFFF)
+        args = tuple([g.pid(p, u) for p, u in params] + [e.i for e in exprs])
+        node = g.add(OPS["vertex_call"], args, (off,), run)
+        from ..api import pickrange, reshape
+        outs = {}
+        for name, sh, size, o in pushes:
+            e = node if len(pushes) == 1 else pickrange(node, o, o + N * size)
+            outs[name] = reshape(e, (N,) + sh)
+        self.last_run = run
+        return VertexOutputs(outs, plan.offsets, run)
+
+
+def vertex_function(max_children: int = 2, scatter_dims=None):
+    """Decorator: ``@dy.vertex_function(max_children=2)`` over ``def F(v): ...``.
+
+    Inside F, ``v.pull(name)`` reads the call's input `name` for this vertex, ``v.gather(k)``
+    what child k scattered (zeros if there is no child k), ``v.scatter(*xs)`` sets what parents
+    gather, ``v.push(name, x)`` what the call returns as ``out[name]``; ``v.is_leaf``,
+    ``v.n_children`` and ``v.kind`` (from ``kind=``) may be branched on. F is traced once per
+    kind of vertex, into the same ops as the lazy graph. ``scatter_dims`` declares the
+    scattered shapes when F gathers at every vertex (no leaf branch to learn them from)."""
+    def wrap(f):
+        vf = VertexFunction(f, max_children, scatter_dims)
+        vf.__doc__ = f.__doc__
+        return vf
+    return wrap

@@ -1,0 +1,120 @@
+"""InputGraph: the structure G of one instance, as data (Cavs' input graph).
+
+A vertex's children are what it gathers from; a vertex is ready once all its children are
+done, so its level (frontier index) is 0 for a vertex without children and otherwise
+1 + the largest level among its children. Levels are computed (and cycles found) once,
+when the graph is built, so that a call only concatenates them."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import GraphError
+
+
+class InputGraph:
+    """``InputGraph([[], [], [0, 1]])``: vertex 2 has children 0 and 1 (gather(0) is vertex 0).
+
+    Children may be shared (a DAG) but the graph must be acyclic."""
+
+    __slots__ = ("n", "child", "arity", "level", "shared_children")
+
+    def __init__(self, children):
+        try:
+            kids = [list(c) for c in children]
+        except TypeError:
+            raise GraphError("InputGraph: expected one list of child indices per vertex, "
+                             f"got {type(children).__name__}") from None
+        n = len(kids)
+        if n == 0:
+            raise GraphError("InputGraph: a graph needs at least one vertex")
+        A = max(len(c) for c in kids)
+        child = np.full((n, max(A, 1)), -1, dtype=np.int64)
+        arity = np.zeros(n, dtype=np.int64)
+        level = [0] * n
+        ordered = True                 # every child id below its parent: one pass suffices
+        for v, c in enumerate(kids):
+            for k, u in enumerate(c):
+                if not isinstance(u, (int, np.integer)) or isinstance(u, bool):
+                    raise GraphError(f"InputGraph: child {k} of vertex {v} is {u!r}, not an integer index")
+                if not 0 <= u < n:
+                    raise GraphError(f"InputGraph: child {k} of vertex {v} is {u}, out of range for "
+                                     f"a graph of {n} vertices")
+                if u == v:
+                    raise GraphError(f"InputGraph: vertex {v} is its own child (a cycle)")
+                if u > v:
+                    ordered = False
+            if c:
+                child[v, :len(c)] = c
+            arity[v] = len(c)
+        if ordered:
+            for v, c in enumerate(kids):
+                if c:
+                    level[v] = 1 + max([level[u] for u in c])
+        else:
+            level = _levels_kahn(kids, n)
+        self.n = n
+        self.child = child
+        self.arity = arity
+        self.level = np.asarray(level, dtype=np.int64)
+        flat = child[child >= 0]
+        self.shared_children = bool(flat.size and np.bincount(flat, minlength=n).max() > 1)
+
+    @classmethod
+    def from_parents(cls, parents):
+        """From a parent array: parents[v] is v's parent, or -1 for a root. A vertex's
+        children are ordered by their index (gather(0) is the lowest-numbered child)."""
+        ps = list(parents)
+        n = len(ps)
+        kids = [[] for _ in range(n)]
+        for v, p in enumerate(ps):
+            if not isinstance(p, (int, np.integer)) or isinstance(p, bool):
+                raise GraphError(f"InputGraph.from_parents: parent of vertex {v} is {p!r}, not an integer")
+            if p == -1:
+                continue
+            if not 0 <= p < n:
+                raise GraphError(f"InputGraph.from_parents: parent of vertex {v} is {p}, out of range "
+                                 f"for a graph of {n} vertices (use -1 for a root)")
+            kids[p].append(v)
+        return cls(kids)
+
+    @classmethod
+    def chain(cls, n: int):
+        """A sequence of n vertices; vertex t's one child is t-1 (an RNN over n steps)."""
+        return cls([[]] + [[t - 1] for t in range(1, n)])
+
+    def __len__(self):
+        return self.n
+
+    def children(self, v: int) -> list:
+        return [int(u) for u in self.child[v] if u >= 0]
+
+    def __repr__(self):
+        return f"InputGraph(n={self.n}, depth={int(self.level.max()) + 1})"
+
+
+def _levels_kahn(kids, n):
+    """Levels by peeling ready vertices (Kahn); vertices never ready lie on a cycle."""
+    parents = [[] for _ in range(n)]
+    missing = [len(c) for c in kids]
+    for v, c in enumerate(kids):
+        for u in c:
+            parents[u].append(v)
+    level = [0] * n
+    ready = [v for v in range(n) if missing[v] == 0]
+    done = 0
+    while ready:
+        nxt = []
+        for u in ready:
+            done += 1
+            for v in parents[u]:
+                if level[u] + 1 > level[v]:
+                    level[v] = level[u] + 1
+                missing[v] -= 1
+                if missing[v] == 0:
+                    nxt.append(v)
+        ready = nxt
+    if done < n:
+        cyc = [v for v in range(n) if missing[v] > 0]
+        raise GraphError(f"InputGraph: the graph has a cycle (vertices {cyc[:10]}"
+                         f"{' ...' if len(cyc) > 10 else ''} never become ready)")
+    return level

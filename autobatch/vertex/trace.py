@@ -1,0 +1,261 @@
+"""Tracing a vertex function F once into a small static program over the lazy graph's op set.
+
+While F runs, a TraceGraph stands in for the current computation graph, so F calls the
+ordinary DyNet-named functions (dy.logistic, dy.affine_transform, E[id], ...) and they
+validate shapes and append *symbols* exactly as they append nodes to a lazy graph. The
+vertex handle `v` adds the four Cavs operators: pull (external input), gather (a child's
+scattered state), scatter (this vertex's state for its parents), push (output to the outside).
+
+A Trace then sorts its instructions into three phases (Cavs' lazy batching, §3.4):
+  pre   -- do not depend on any gather: run once over all vertices of the kind;
+  front -- depend on a gather and feed the scatter: run once per frontier;
+  post  -- depend on a gather but feed only pushes: run once over all vertices, at the end.
+"""
+from __future__ import annotations
+
+from ..errors import GraphError, user_line
+from ..graph import Expression, _rule
+from ..ops.random import _Random
+
+PARAM, PULL, GATHER, OP = "param", "pull", "gather", "op"
+CONST, IDS, SEED = "const", "ids", "seed"          # what an op's per-vertex data is
+
+
+class NeedScatterShapes(Exception):
+    """gather() before any trace told what vertices scatter; try another kind first."""
+
+
+class VertexIndex:
+    """A per-vertex integer pulled by ``v.pull(name)`` (a word id, a label). Usable where
+    the lazy API takes an index (lookup, pickneglogsoftmax, pick, hinge): the op's per-node
+    data becomes the pulled ids, checked against `bound` at every call."""
+
+    is_vertex_index = True
+    __slots__ = ("name", "bound")
+
+    def __init__(self, name):
+        self.name = name
+        self.bound = None
+
+    def require_below(self, n):
+        self.bound = n if self.bound is None else min(self.bound, n)
+
+    def __index__(self):
+        raise GraphError(f"v.pull({self.name!r}) is a per-vertex id, not a Python int: use it directly "
+                         f"in E[...], dy.lookup, dy.pickneglogsoftmax, dy.pick [at {user_line()}]")
+
+    def __repr__(self):
+        return f"VertexIndex({self.name!r})"
+
+
+class TraceGraph:
+    """Duck-types the parts of ComputationGraph that the API functions use."""
+
+    def __init__(self, name, dtype, xp):
+        self.name = name
+        self.alive = True
+        self.dtype = dtype
+        self.xp = xp
+        self.seed = 0
+        self.src: list = []        # per symbol: (PARAM, p, update) | (PULL, name, is_expr) | (GATHER, k, j) | (OP, ...)
+        self.ops: list = []        # per symbol: op or None (len() is used by dy.dropout's seed)
+        self.shapes: list = []
+        self.sizes: list = []
+        self.ext: dict = {}        # symbol -> Parameter (api checks "is a parameter node" here)
+        self.pnode: dict = {}
+
+    def _new(self, src, op, shape):
+        n = len(self.src)
+        self.src.append(src)
+        self.ops.append(op)
+        self.shapes.append(tuple(shape))
+        size = 1
+        for d in shape:
+            size *= d
+        self.sizes.append(size)
+        return n
+
+    def add(self, op, args, attr=None, data=None):
+        ins = tuple([self.shapes[a] for a in args])
+        out, _, _, shared = _rule(op, ins, attr)
+        for j in shared:
+            if args[j] not in self.ext:
+                raise GraphError(f"{op.name} inside a vertex function: input {j} must be a parameter "
+                                 f"[at {user_line()}]")
+        if isinstance(data, VertexIndex):
+            dkind = IDS
+        elif isinstance(op, _Random):
+            dkind = SEED
+        else:
+            dkind = CONST
+        n = self._new((OP, op, tuple(args), attr, data, dkind), op, out)
+        return Expression(self, n)
+
+    def pid(self, p, update=True):
+        key = (id(p), bool(update))
+        n = self.pnode.get(key)
+        if n is None:
+            n = self.pnode[key] = self._new((PARAM, p, bool(update)), None, p.value.shape)
+            self.ext[n] = p
+        return n
+
+    def param_expr(self, p, update=True):
+        return Expression(self, self.pid(p, update))
+
+    # values do not exist while tracing
+    def value_of(self, i):
+        raise GraphError(f"inside vertex function {self.name}: a symbol has no value while F is traced; "
+                         f"push it and read the output instead [at {user_line()}]")
+
+    forward_to = backward_from = value_of
+
+    def describe(self, i):
+        return f"symbol {i} of vertex function {self.name} (shape {self.shapes[i]})"
+
+
+class Vertex:
+    """The handle F receives. Python-level facts (n_children, is_leaf, kind) are fixed per
+    trace, so F may branch on them; reading one makes the trace specific to its value."""
+
+    def __init__(self, tg, fn, arity, kind, pulls):
+        self._tg, self._fn = tg, fn
+        self._arity, self._kind = arity, kind
+        self._pulls = pulls                # name -> ("ids",) | ("float"|"expr", shape)
+        self.reads: set = set()
+        self.pulled: dict = {}
+        self.gathered: dict = {}           # child k -> tuple of symbols
+        self.scattered = None
+        self.pushed: dict = {}
+
+    @property
+    def n_children(self) -> int:
+        self.reads.add("arity")
+        return self._arity
+
+    @property
+    def is_leaf(self) -> bool:
+        self.reads.add("arity")
+        return self._arity == 0
+
+    @property
+    def kind(self) -> int:
+        self.reads.add("kind")
+        return self._kind
+
+    def pull(self, name):
+        """The external input `name` of this vertex: an Expression for float inputs (or
+        lazy-graph Expressions), a per-vertex id for integer inputs."""
+        got = self.pulled.get(name)
+        if got is not None:
+            return got
+        spec = self._pulls.get(name)
+        if spec is None:
+            raise GraphError(f"vertex function {self._fn.name}: v.pull({name!r}) but the call passed no "
+                             f"{name}=... (passed: {sorted(self._pulls) or 'none'}) [at {user_line()}]")
+        if spec[0] == "ids":
+            got = VertexIndex(name)
+        else:
+            got = Expression(self._tg, self._tg._new((PULL, name, spec[0] == "expr"), None, spec[1]))
+        self.pulled[name] = got
+        return got
+
+    def gather(self, k: int):
+        """What child k scattered (zeros where the vertex has no child k): a tuple when
+        scatter got several values, else the one value."""
+        fn = self._fn
+        if not isinstance(k, int) or not 0 <= k < fn.max_children:
+            raise GraphError(f"vertex function {fn.name}: gather({k!r}) out of range for "
+                             f"max_children={fn.max_children} [at {user_line()}]")
+        got = self.gathered.get(k)
+        if got is None:
+            shapes = fn.scatter_shapes
+            if shapes is None:
+                raise NeedScatterShapes(k)
+            got = tuple(Expression(self._tg, self._tg._new((GATHER, k, j), None, s)) for j, s in enumerate(shapes))
+            self.gathered[k] = got
+        return got if len(got) > 1 else got[0]
+
+    def scatter(self, *xs):
+        """Set what parents gather from this vertex (one or more Expressions)."""
+        if self.scattered is not None:
+            raise GraphError(f"vertex function {self._fn.name}: scatter() called twice [at {user_line()}]")
+        if not xs:
+            raise GraphError(f"vertex function {self._fn.name}: scatter() needs at least one value [at {user_line()}]")
+        self.scattered = tuple(self._sym(x, "scatter") for x in xs)
+
+    def push(self, name: str, x):
+        """Make x visible outside as out[name] (one row per vertex)."""
+        if not isinstance(name, str):
+            raise GraphError(f"vertex function {self._fn.name}: push name must be a str, got {name!r} [at {user_line()}]")
+        if name in self.pushed:
+            raise GraphError(f"vertex function {self._fn.name}: push({name!r}) called twice [at {user_line()}]")
+        self.pushed[name] = self._sym(x, f"push({name!r})")
+
+    def _sym(self, x, what):
+        tg = self._tg
+        if type(x) is Expression and x.cg is tg:
+            return x.i
+        if hasattr(x, "value") and hasattr(x, "grad") and hasattr(x, "shape"):   # a Parameter
+            return tg.pid(x)
+        raise GraphError(f"vertex function {self._fn.name}: {what} needs Expressions computed inside F, "
+                         f"got {type(x).__name__} [at {user_line()}]")
+
+
+class Trace:
+    """F traced for one vertex kind: symbols, instructions by phase, and what flows in/out."""
+
+    def __init__(self, tg: TraceGraph, v: Vertex):
+        self.src, self.shapes, self.sizes = tg.src, tg.shapes, tg.sizes
+        self.reads = frozenset(v.reads)
+        self.scatter = v.scattered or ()
+        self.push = dict(v.pushed)
+        self.gathers = sorted((k, j, x.i) for k, syms in v.gathered.items() for j, x in enumerate(syms))
+        self.pulls = [(s, name) for name, x in v.pulled.items()
+                      if type(x) is Expression for s in [x.i]]
+        self.bounds = {x.name: x.bound for x in v.pulled.values() if isinstance(x, VertexIndex)}
+        self.params = [(s, src[1], src[2]) for s, src in enumerate(tg.src) if src[0] == PARAM]
+        self.param_shapes = [tuple(p.value.shape) for _, p, _ in self.params]
+        n = len(self.src)
+        dep = [False] * n                   # depends on a gather
+        for s, src in enumerate(self.src):
+            if src[0] == GATHER:
+                dep[s] = True
+            elif src[0] == OP:
+                dep[s] = any(dep[a] for a in src[2])
+        feeds = [False] * n                 # the scatter needs it
+        for s in self.scatter:
+            feeds[s] = True
+        for s in range(n - 1, -1, -1):
+            if feeds[s] and self.src[s][0] == OP:
+                for a in self.src[s][2]:
+                    feeds[a] = True
+        self.phase = ["pre" if not dep[s] else ("front" if feeds[s] else "post") for s in range(n)]
+        live = [False] * n                  # dead code (feeds neither scatter nor push) is dropped
+        for s in list(self.scatter) + list(self.push.values()):
+            live[s] = True
+        for s in range(n - 1, -1, -1):
+            if live[s] and self.src[s][0] == OP:
+                for a in self.src[s][2]:
+                    live[a] = True
+        self.pulls = [(s, name) for s, name in self.pulls if live[s]]
+        self.gathers = [(k, j, s) for k, j, s in self.gathers if live[s]]
+        ops = [s for s in range(n) if self.src[s][0] == OP and live[s]]
+        self.pre = [s for s in ops if self.phase[s] == "pre"]
+        self.front = [s for s in ops if self.phase[s] == "front"]
+        self.post = [s for s in ops if self.phase[s] == "post"]
+        # which symbols carry a gradient (cf. ComputationGraph.needs)
+        need = [False] * n
+        for s, src in enumerate(self.src):
+            if src[0] == PARAM:
+                need[s] = src[2]
+            elif src[0] == PULL:
+                need[s] = src[2]          # lazy-graph Expressions: yes; float data: no
+            elif src[0] == GATHER:
+                need[s] = True
+            else:
+                need[s] = src[1].differentiable and any(need[a] for a in src[2])
+        self.need = need
+        self.is_param = [src[0] == PARAM for src in self.src]
+
+    def key_of(self, arity, kind):
+        return (arity if "arity" in self.reads else None, kind if "kind" in self.reads else None)

@@ -1,0 +1,1 @@
+"""Benchmark harness for autobatch: `python -m bench --help`."""

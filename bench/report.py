@@ -1,0 +1,87 @@
+"""Tables, machine description and the optional plot for benchmark records."""
+import os
+import platform
+
+REF = "dynet/agenda"  # the ratio column compares against DyNet's own agenda autobatching
+
+
+def label(r):
+    return "torch" if r["framework"] == "torch" else "%s/%s" % (r["framework"], r["strategy"])
+
+
+def machine():
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    import numpy
+    threads = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS") if k in os.environ}
+    return "%s, %d cores, %s, Python %s, numpy %s%s" % (
+        cpu, os.cpu_count() or 0, platform.system(), platform.python_version(), numpy.__version__,
+        "".join(", %s=%s" % kv for kv in threads.items()))
+
+
+def _f(x, fmt):
+    return "-" if x is None else fmt % x
+
+
+def table(records, title=None):
+    """A plain-text table for the records of one task."""
+    ok = [r for r in records if not r.get("error")]
+    ref = next((r["instances_per_s"] for r in ok if label(r) == REF), None)
+    r0 = records[0]
+    head = "%s  (H=%d, batch %d, n=%d, median of %d, backend %s)" % (
+        title or r0["task"], r0["hidden"], r0["batch_size"], r0["n"], r0["repeats"], r0["backend"])
+    cols = "%-18s %9s %8s %8s %8s | %7s %7s %7s %7s %7s | %8s" % (
+        "framework", "inst/s", "vs DyNet", "fwd b/i", "bwd b/i", "build", "sched", "fwd", "bwd", "upd", "mem MB")
+    sub = "%-18s %9s %8s %8s %8s | %39s | %8s" % ("", "", "agenda", "", "", "seconds per pass", "")
+    lines = [head, cols, sub, "-" * len(cols)]
+    for r in records:
+        if r.get("error"):
+            lines.append("%-18s  failed: %s" % (label(r), r["error"]))
+            continue
+        lines.append("%-18s %9.1f %8s %8s %8s | %7s %7s %7s %7s %7s | %8s" % (
+            label(r), r["instances_per_s"], _f(ref and r["instances_per_s"] / ref, "%.2fx"),
+            _f(r.get("fwd_batches_per_inst"), "%.2f"), _f(r.get("bwd_batches_per_inst"), "%.2f"),
+            _f(r.get("build_s"), "%.3f"), _f(r.get("schedule_s"), "%.3f"), _f(r.get("forward_s"), "%.3f"),
+            _f(r.get("backward_s"), "%.3f"), _f(r.get("update_s"), "%.3f"), _f(r.get("rss_delta_mb"), "%.0f")))
+    return "\n".join(lines)
+
+
+FOOTER = """\
+inst/s: training instances per second over a full pass (median pass). b/i: kernel batches launched
+per instance (from dy.stats(); '-' for peers, which do not report them). sched: autobatch's
+scheduling time (part of its forward call; DyNet and PyTorch include theirs in fwd). PyTorch is
+eager, so its fwd also includes building. mem MB: peak RSS minus the RSS right after importing the
+framework (each run is a fresh process), i.e. what the model, data and training added. DyNet
+preallocates its memory pool at import (dynet_mem), so that pool is in its baseline and its
+figure shows only memory used outside the pool."""
+
+
+def plot(records, path):
+    """Grouped bar chart of instances/s per task (log scale). Returns an error string or None."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install matplotlib); no plot written"
+    ok = [r for r in records if not r.get("error")]
+    task_names = list(dict.fromkeys(r["task"] for r in ok))
+    labels = list(dict.fromkeys(label(r) for r in ok))
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(task_names) + 2), 4))
+    w = 0.8 / max(len(labels), 1)
+    for j, lab in enumerate(labels):
+        ys = [next((r["instances_per_s"] for r in ok if r["task"] == t and label(r) == lab), 0) for t in task_names]
+        ax.bar([i + j * w for i in range(len(task_names))], ys, w, label=lab)
+    ax.set_xticks([i + w * (len(labels) - 1) / 2 for i in range(len(task_names))], task_names)
+    ax.set_yscale("log")
+    ax.set_ylabel("training instances / s")
+    r0 = ok[0] if ok else {"hidden": "?", "batch_size": "?"}
+    ax.set_title("autobatch benchmark (H=%s, batch %s)" % (r0["hidden"], r0["batch_size"]))
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return None

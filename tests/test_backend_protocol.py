@@ -1,0 +1,214 @@
+"""The engine talks to arrays only through a backend object (xp plus the copy
+primitives). These tests run without a GPU: a recording backend that is *not*
+NumpyBackend drives the whole engine, which shows (1) nothing bypasses the protocol,
+(2) the copies are one call per stacked input per batch, not per node, and (3) the
+results are those of NumpyBackend. They also pin down how asking for CuPy fails."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import autobatch as dy
+from autobatch import backends, runtime
+from autobatch.backends.numpy_backend import NumpyBackend
+
+from programs import all_params, build, make_params, programs
+
+
+class RecordingBackend:
+    """Delegates to NumpyBackend by composition and logs every copy call."""
+    name = "recording"
+    xp = np
+
+    def __init__(self):
+        self._np = NumpyBackend()
+        self.log = []
+
+    def arange(self, n):
+        return self._np.arange(n)
+
+    def index(self, offsets, size):
+        return self._np.index(offsets, size)
+
+    def ragged_index(self, offsets, sizes):
+        self.log.append(("ragged", list(offsets), list(sizes)))
+        return self._np.ragged_index(offsets, sizes)
+
+    def gather(self, buf, offsets, size):
+        self.log.append(("gather", offsets, size))
+        out = self._np.gather(buf, offsets, size)
+        assert out.shape == (len(offsets), size)
+        return out
+
+    def scatter_add(self, buf, offsets, size, vals, unique):
+        assert vals.size == len(offsets) * size, "scatter_add got a block of the wrong size"
+        assert unique == (len(set(np.asarray(offsets).tolist())) == len(offsets))
+        self.log.append(("scatter", offsets, size))
+        self._np.scatter_add(buf, offsets, size, vals, unique)
+
+    def add_rows(self, table, rows, vals):
+        self.log.append(("rows", len(rows)))
+        self._np.add_rows(table, rows, vals)
+
+    def to_host(self, a):
+        return self._np.to_host(a)
+
+    def synchronize(self):
+        self.log.append(("sync",))
+
+
+@pytest.fixture
+def rec(monkeypatch):
+    """Install a RecordingBackend under the name 'recording' and select it."""
+    be = RecordingBackend()
+    monkeypatch.setitem(backends._CACHE, "recording", be)
+    dy.set_backend("recording")
+    yield be
+    dy.set_backend("numpy")
+
+
+def _run(prog, P, strategy, be=None):
+    """Forward, then backward; returns loss, grads and the graph's executor."""
+    for p in all_params(P):
+        p.zero_grad()
+    dy.renew_cg(autobatching=strategy)
+    loss = build(prog, P)
+    v = loss.value()
+    n_fwd = len(be.log) if be is not None else 0
+    loss.backward()
+    grads = [p.grad_as_array() for p in all_params(P)]
+    return v, grads, dy.cg(), n_fwd
+
+
+def _kinds(g, kind):
+    return [info for b in g.exe.batches for info in b.ins if info is not None and info[0] == kind]
+
+
+SETTINGS = settings(max_examples=40, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+@pytest.fixture(scope="module")
+def P():
+    dy.set_dtype("float64")
+    try:
+        return make_params(21)
+    finally:
+        dy.set_dtype("float32")
+
+
+@SETTINGS
+@given(prog=programs, strategy=st.sampled_from(["depth", "agenda"]))
+def test_recording_backend_matches_numpy_and_copies_once_per_batch(rec, P, prog, strategy):
+    dy.set_backend("numpy")
+    ref_v, ref_g, _, _ = _run(prog, P, strategy)
+    dy.set_backend("recording")
+    rec.log.clear()
+    v, grads, g, n_fwd = _run(prog, P, strategy, rec)
+    assert g.backend is rec
+    # same kernels underneath: bit-identical results
+    assert v == ref_v
+    for a, b in zip(grads, ref_g):
+        np.testing.assert_array_equal(a, b)
+    fwd, bwd = rec.log[:n_fwd], rec.log[n_fwd:]
+    gathers = [e for e in fwd if e[0] == "gather"]
+    assert not [e for e in bwd if e[0] == "gather"], "backward must not gather"
+    assert not [e for e in fwd if e[0] in ("scatter", "rows")], "forward must not scatter"
+    # exactly one gather call per gathered stacked input per batch, with every node's block
+    infos = _kinds(g, "gather")
+    assert len(gathers) == len(infos)
+    for e, info in zip(gathers, infos):
+        assert e[1] is info[2] and len(e[1]) == len(info[1]) >= 2
+    # backward: one scatter per gathered input that needs a gradient, never one per node,
+    # and it reuses forward's offsets list (which lets CuPy reuse the uploaded copy)
+    scat = [e for e in bwd if e[0] == "scatter" and isinstance(e[1], list)]
+    ids = [id(e[1]) for e in scat]
+    assert len(ids) == len(set(ids)), "an input block was scattered twice"
+    assert set(ids) <= {id(info[2]) for info in infos}
+    want = sum(1 for info in infos if any(g.needs[s] for s in info[1]))
+    assert len(scat) == want
+    # mixed-size elementwise batches: one ragged index per batch input, one scatter each
+    flats = [info for info in _kinds(g, "flat") if info[2] is not None]
+    assert len([e for e in fwd if e[0] == "ragged"]) == len(flats)
+
+
+def test_batched_chains_gather_many_nodes_per_call(rec, f64):
+    """Eight RNN chains over lookups: batches of 8 nodes go through one gather each."""
+    P = make_params(4)
+    dy.renew_cg(autobatching="agenda")
+    E, Wh, Wx, b = P["E"][2], P["Wh"], P["Wx"], P["bh"]
+    losses = []
+    for c in range(8):
+        h = dy.inputVector([0.0] * 3)
+        for t in range(5):
+            h = dy.tanh(dy.affine_transform([b, Wh, h, Wx, dy.lookup(E, (c + t) % 5)]))
+        losses.append(dy.pickneglogsoftmax(h, c % 3))
+    loss = dy.esum(losses)
+    loss.value()
+    sizes = [len(e[1]) for e in rec.log if e[0] == "gather"]
+    assert sizes and max(sizes) == 8, sizes
+    assert len(sizes) < 8 * 5, "copies must be per batch, not per node"
+    n = len(rec.log)
+    loss.backward()
+    rows = [e for e in rec.log[n:] if e[0] == "rows"]
+    assert rows and all(r[1] > 1 for r in rows), "lookup gradients go in one add_rows per batch"
+    assert P["E"][2].grad_as_array().any()
+
+
+def test_ragged_index_is_concatenated_ranges():
+    be = NumpyBackend()
+    offs, sizes = [10, 0, 37, 5], [3, 1, 4, 2]
+    want = np.concatenate([np.arange(o, o + s) for o, s in zip(offs, sizes)])
+    np.testing.assert_array_equal(be.ragged_index(offs, sizes), want)
+
+
+def test_set_backend_cupy_without_cupy_is_one_clear_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)     # import cupy -> ImportError
+    monkeypatch.delitem(backends._CACHE, "cupy", raising=False)
+    before = runtime.state().backend
+    with pytest.raises(RuntimeError, match=r"pip install -e '\.\[cuda\]'"):
+        dy.set_backend("cupy")
+    # the failed request changed nothing: numpy stays, and graphs still run
+    assert runtime.state().backend is before
+    assert runtime.state().backend_name == "numpy"
+    dy.renew_cg()
+    assert dy.inputVector([1.0, 2.0]).npvalue().tolist() == [1.0, 2.0]
+
+
+def test_set_backend_cupy_without_device_is_one_clear_error(monkeypatch):
+    """With the real environment: CuPy missing or no usable GPU both give the hint."""
+    from conftest import cupy_unavailable_reason
+    if cupy_unavailable_reason() is None:
+        pytest.skip("a CUDA device is usable here")
+    monkeypatch.delitem(backends._CACHE, "cupy", raising=False)
+    with pytest.raises(RuntimeError, match=r"the 'cupy' backend needs .*pip install -e"):
+        dy.set_backend("cupy")
+    assert runtime.state().backend_name == "numpy"
+
+
+def test_env_cupy_without_cupy_imports_and_fails_on_use():
+    """AUTOBATCH_BACKEND=cupy must not break `import autobatch`; the error comes on first use."""
+    code = (
+        "import sys; sys.modules['cupy'] = None\n"
+        "import autobatch as dy\n"
+        "print('imported')\n"
+        "try:\n"
+        "    dy.ParameterCollection().add_parameters(3)\n"
+        "except RuntimeError as e:\n"
+        "    print('error:', e)\n"
+    )
+    env = dict(os.environ, AUTOBATCH_BACKEND="cupy")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "imported" in r.stdout
+    assert "error: the 'cupy' backend needs CuPy" in r.stdout and "pip install -e '.[cuda]'" in r.stdout
+
+
+def test_unknown_backend_name_is_rejected():
+    with pytest.raises(ValueError, match="unknown backend"):
+        dy.set_backend("opencl")
+    assert runtime.state().backend_name == "numpy"

@@ -1,0 +1,206 @@
+"""What gets batched: counts from dy.stats() and the executor's batch records, never times."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import autobatch as dy
+from autobatch.runtime import Strategy
+from autobatch.scheduler import schedule
+
+from programs import build, make_params, programs
+
+HC = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+
+
+@pytest.fixture
+def m():
+    dy.reset_random_seed(3)
+    model = dy.Model()
+    return {"W": model.add_parameters((3, 3)), "U": model.add_parameters((3, 3)),
+            "b": model.add_parameters(3), "E": model.add_lookup_parameters((7, 3)),
+            "O": model.add_parameters((4, 3))}
+
+
+def _sequences(m, lengths):
+    losses = []
+    for n in lengths:
+        h = dy.zeros(3)
+        for t in range(n):
+            h = dy.tanh(m["W"] * h + m["E"][t % 7] + m["b"])
+        losses.append(dy.pickneglogsoftmax(m["O"] * h, n % 4))
+    return dy.esum(losses)
+
+
+def _tree(m, depth, k):
+    if depth == 0:
+        return dy.lookup(m["E"], k % 7)
+    left, right = _tree(m, depth - 1, 2 * k), _tree(m, depth - 1, 2 * k + 1)
+    return dy.tanh(dy.affine_transform([m["b"], m["W"], left, m["U"], right]))
+
+
+def _trees(m, depths):
+    return dy.esum([dy.sum_elems(_tree(m, d, i)) for i, d in enumerate(depths)])
+
+
+def _run(strategy, make):
+    dy.renew_cg(autobatching=strategy)
+    loss = make()
+    loss.value()
+    loss.backward()
+    return dy.stats()
+
+
+@pytest.mark.parametrize("make", [
+    lambda m: _sequences(m, [3, 5, 4, 2, 6, 5]),
+    lambda m: _trees(m, [1, 3, 2, 3, 2]),
+], ids=["sequences", "trees"])
+def test_agenda_and_depth_launch_fewer_batches_than_none(m, make):
+    s = {k: _run(k, lambda: make(m)) for k in ("none", "depth", "agenda")}
+    n = s["none"]["forward_nodes"]
+    assert s["none"]["forward_batches"] == n          # none: one batch per node
+    assert s["depth"]["forward_nodes"] == s["agenda"]["forward_nodes"] == n
+    assert s["agenda"]["forward_batches"] < n / 2
+    assert s["depth"]["forward_batches"] < n / 2
+    assert s["agenda"]["backward_batches"] < s["none"]["backward_batches"]
+
+
+def test_depth_batches_are_one_signature_and_one_depth(m):
+    dy.renew_cg(autobatching="depth")
+    loss = _trees(m, [3, 1, 2, 3])
+    loss.value()
+    g = dy.cg()
+    assert g.exe.batches
+    for b in g.exe.batches:
+        assert len({g.depths[i] for i in b.ids}) == 1
+        assert len({g.sigs[i] for i in b.ids}) == 1
+    # and nodes of equal depth and signature land in the same batch
+    seen = {}
+    for k, b in enumerate(g.exe.batches):
+        for i in b.ids:
+            seen[i] = k
+    groups = {}
+    for i, k in seen.items():
+        groups.setdefault((g.depths[i], g.sigs[i]), set()).add(k)
+    assert all(len(v) == 1 for v in groups.values()), groups
+
+
+@pytest.mark.parametrize("strategy", ["depth", "agenda"])
+def test_shared_matmul_of_n_instances_is_one_batch_per_step(m, strategy):
+    N, L = 7, 5
+    _run(strategy, lambda: _sequences(m, [L] * N))
+    sizes = dy.stats()["signatures"]
+    mm = [v for k, v in sizes.items() if k.startswith("matmul_shared")]
+    # W*h: one batch of N per time step; O*h: one batch of N
+    assert sorted(map(sorted, mm)) == sorted([[N] * L, [N]]), sizes
+    tanh = [v for k, v in sizes.items() if k.startswith("tanh")]
+    assert tanh == [[N] * L]
+
+
+def test_affine_tree_levels_batch_across_trees(m):
+    _run("agenda", lambda: _trees(m, [3, 3, 3]))
+    aff = [v for k, v in dy.stats()["signatures"].items() if k.startswith("affine")]
+    # full binary trees of depth 3: 4, 2, 1 internal nodes per level, times 3 trees
+    assert aff == [[12, 6, 3]]
+
+
+def test_contiguous_inputs_are_not_copied(m):
+    dy.renew_cg(autobatching="agenda")
+    xs = [dy.lookup(m["E"], i) for i in (0, 3, 3, 5)]
+    ys = [dy.tanh(x) for x in xs]          # inputs lie in the lookup block, in order
+    dy.esum(ys).value()
+    s = dy.stats()
+    assert s["copies_done"] == 0, s
+    assert s["copies_skipped"] >= 1
+    tanh_batch = [b for b in dy.cg().exe.batches if b.op.name == "tanh"][0]
+    assert len(tanh_batch.ids) == 4 and tanh_batch.ins[0][0] == "view"
+
+
+def test_out_of_order_inputs_are_gathered(m):
+    dy.renew_cg(autobatching="agenda")
+    xs = [dy.lookup(m["E"], i) for i in (0, 3, 3, 5)]
+    # the cmult batch reads the lookup block forwards for one input and backwards for
+    # the other: whatever order the batch takes, one input needs a gather
+    zs = [dy.cmult(xs[k], xs[3 - k]) for k in range(4)]
+    dy.esum(zs).value()
+    batch = [b for b in dy.cg().exe.batches if b.op.name == "cmult"][0]
+    assert len(batch.ids) == 4
+    kinds = [info[0] for info in batch.ins]
+    assert "gather" in kinds, kinds
+    assert dy.stats()["copies_done"] == kinds.count("gather")
+    E = m["E"].as_array()[[0, 3, 3, 5]]
+    for k, z in enumerate(zs):
+        np.testing.assert_allclose(z.npvalue(), E[k] * E[3 - k], rtol=1e-6)
+
+
+def _check_stats(s, g):
+    assert s["nodes"] == g.node_count()
+    computed = [i for i in range(g.node_count()) if g.sigs[i] >= 0 and g.exe.offs[i] >= 0]
+    assert s["forward_nodes"] == len(computed)
+    sizes = s["signatures"]
+    assert sum(sum(v) for v in sizes.values()) == s["forward_nodes"]
+    assert sum(len(v) for v in sizes.values()) == s["forward_batches"]
+    assert all(b >= 1 for v in sizes.values() for b in v)
+    for k in ("forward_batches", "backward_batches", "copies_done", "copies_skipped",
+              "forward_calls", "backward_calls", "build_s", "schedule_s", "forward_s", "backward_s"):
+        assert s[k] >= 0, k
+    assert s["backward_batches"] <= s["forward_batches"]
+
+
+def test_stats_fields_before_and_after(m):
+    dy.renew_cg()
+    s = dy.stats()
+    assert s["nodes"] == 0 and s["forward_nodes"] == 0 and s["forward_batches"] == 0
+    assert s["strategy"] == "agenda"
+    loss = _sequences(m, [2, 3])
+    loss.backward()
+    _check_stats(dy.stats(), dy.cg())
+    assert dy.stats()["backward_calls"] == 1 and dy.stats()["forward_calls"] >= 1
+    assert "strategy agenda" in dy.stats_summary(dy.stats())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=HC)
+@given(prog=programs)
+def test_stats_consistent_on_random_programs(prog):
+    P = _P()
+    for strategy in ("none", "depth", "agenda"):
+        dy.renew_cg(autobatching=strategy)
+        loss = build(prog, P)
+        loss.backward()
+        _check_stats(dy.stats(), dy.cg())
+
+
+_PCACHE = {}
+
+
+def _P():
+    if "P" not in _PCACHE:
+        _PCACHE["P"] = make_params(2)
+    return _PCACHE["P"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=HC)
+@given(prog=programs)
+def test_schedules_are_valid_partitions(prog):
+    """Every strategy's plan covers each pending node once, one signature per batch,
+    and runs every node after its arguments."""
+    dy.renew_cg()
+    build(prog, _P())
+    g = dy.cg()
+    n = g.node_count()
+    want = sorted(i for i in range(n) if g.sigs[i] >= 0)
+    for strategy in Strategy:
+        plan = schedule(strategy, 0, n, g.sigs, g.depths, g.args, g.heavy_of_sig)
+        assert sorted(i for b in plan for i in b) == want
+        pos = {}
+        for k, b in enumerate(plan):
+            assert len({g.sigs[i] for i in b}) == 1
+            for i in b:
+                pos[i] = k
+        for i in want:
+            for a in g.args[i]:
+                if g.sigs[a] >= 0:
+                    assert pos[a] < pos[i], (strategy, a, i)
+        if strategy is Strategy.NONE:
+            assert len(plan) == len(want)
+        else:
+            assert len(plan) <= len(want)

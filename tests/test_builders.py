@@ -1,0 +1,331 @@
+"""RNN builders: equal to hand-written NumPy references for given weights, transduce
+equals add_input, state layout as DyNet's, and sequences of different lengths batch
+across instances with the same loss and gradients as unbatched execution."""
+import numpy as np
+import pytest
+
+import autobatch as dy
+from autobatch.errors import GraphError
+from conftest import to_np
+
+
+def sig(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def ref_lstm(weights, xs, h0=None, c0=None):
+    """weights: per layer (Wx, Wh, b); returns top-layer h per step and final (hs, cs)."""
+    L = len(weights)
+    H = weights[0][1].shape[1]
+    hs = list(h0) if h0 is not None else [None] * L
+    cs = list(c0) if c0 is not None else [None] * L
+    outs = []
+    for x in xs:
+        for l, (Wx, Wh, b) in enumerate(weights):
+            a = b + Wx @ x + (Wh @ hs[l] if hs[l] is not None else 0)
+            i, f, o, g = sig(a[:H]), sig(a[H:2 * H]), sig(a[2 * H:3 * H]), np.tanh(a[3 * H:])
+            c = i * g + (f * cs[l] if cs[l] is not None else 0)
+            hs[l], cs[l] = o * np.tanh(c), c
+            x = hs[l]
+        outs.append(x)
+    return outs, hs, cs
+
+
+def ref_rnn(weights, xs, h0=None):
+    L = len(weights)
+    hs = list(h0) if h0 is not None else [np.zeros(weights[0][1].shape[0])] * L
+    outs = []
+    for x in xs:
+        for l, (Wx, Wh, b) in enumerate(weights):
+            hs[l] = np.tanh(b + Wx @ x + Wh @ hs[l])
+            x = hs[l]
+        outs.append(x)
+    return outs
+
+
+def ref_gru(weights, xs, h0=None):
+    L = len(weights)
+    hs = list(h0) if h0 is not None else [np.zeros(weights[0][1].shape[0])] * L
+    outs = []
+    for x in xs:
+        for l, (Wxz, Whz, bz, Wxr, Whr, br, Wxh, Whh, bh) in enumerate(weights):
+            h = hs[l]
+            z = sig(bz + Wxz @ x + Whz @ h)
+            r = sig(br + Wxr @ x + Whr @ h)
+            hh = np.tanh(bh + Wxh @ x + Whh @ (r * h))
+            hs[l] = (1 - z) * h + z * hh
+            x = hs[l]
+        outs.append(x)
+    return outs
+
+
+BUILDERS = {"lstm": dy.VanillaLSTMBuilder, "rnn": dy.SimpleRNNBuilder, "gru": dy.GRUBuilder}
+
+
+def random_weights(builder, rng):
+    """Give every parameter random values (biases too) via set_value; returns them per layer."""
+    out = []
+    for layer in builder.get_parameters():
+        ws = []
+        for p in layer:
+            w = rng.normal(0, 0.5, p.shape())
+            p.set_value(w)
+            ws.append(w)
+        out.append(ws)
+    return out
+
+
+def seqs(rng, lengths, d):
+    return [[rng.normal(size=d) for _ in range(n)] for n in lengths]
+
+
+@pytest.mark.parametrize("kind", ["lstm", "rnn", "gru"])
+@pytest.mark.parametrize("layers", [1, 2])
+def test_matches_numpy_reference(kind, layers, f64):
+    rng = np.random.default_rng(0)
+    m = dy.ParameterCollection()
+    b = BUILDERS[kind](layers, 3, 5, m)
+    ws = random_weights(b, rng)
+    xs = seqs(rng, [4], 3)[0]
+    dy.renew_cg()
+    outs = b.initial_state().transduce([dy.inputVector(x) for x in xs])
+    ref = {"lstm": lambda: ref_lstm(ws, xs)[0], "rnn": lambda: ref_rnn(ws, xs), "gru": lambda: ref_gru(ws, xs)}[kind]()
+    assert len(outs) == len(ref)
+    for o, r in zip(outs, ref):
+        np.testing.assert_allclose(o.npvalue(), r, rtol=1e-10, atol=1e-12)
+
+
+def test_lstm_initial_vectors_match_reference(f64):
+    rng = np.random.default_rng(1)
+    m = dy.ParameterCollection()
+    b = dy.VanillaLSTMBuilder(2, 3, 4, m)
+    ws = random_weights(b, rng)
+    c0 = [rng.normal(size=4) for _ in range(2)]
+    h0 = [rng.normal(size=4) for _ in range(2)]
+    xs = seqs(rng, [3], 3)[0]
+    dy.renew_cg()
+    s = b.initial_state([dy.inputVector(v) for v in c0 + h0])
+    np.testing.assert_allclose(s.output().npvalue(), h0[1])
+    outs = s.transduce([dy.inputVector(x) for x in xs])
+    ref, hs, cs = ref_lstm(ws, xs, h0, c0)
+    for o, r in zip(outs, ref):
+        np.testing.assert_allclose(o.npvalue(), r, rtol=1e-10)
+    last = s.add_inputs([dy.inputVector(x) for x in xs])[-1]
+    # s() is DyNet's layout: cells of every layer, then h of every layer
+    for e, r in zip(last.s(), cs + hs):
+        np.testing.assert_allclose(e.npvalue(), r, rtol=1e-10)
+
+
+@pytest.mark.parametrize("kind", ["rnn", "gru"])
+def test_initial_vectors_match_reference(kind, f64):
+    rng = np.random.default_rng(2)
+    m = dy.ParameterCollection()
+    b = BUILDERS[kind](2, 3, 4, m)
+    ws = random_weights(b, rng)
+    h0 = [rng.normal(size=4) for _ in range(2)]
+    xs = seqs(rng, [3], 3)[0]
+    dy.renew_cg()
+    outs = b.initial_state_from_raw_vectors(h0).transduce([dy.inputVector(x) for x in xs])
+    ref = ref_rnn(ws, xs, h0) if kind == "rnn" else ref_gru(ws, xs, h0)
+    for o, r in zip(outs, ref):
+        np.testing.assert_allclose(o.npvalue(), r, rtol=1e-10)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "rnn", "gru"])
+def test_transduce_equals_repeated_add_input(kind):
+    rng = np.random.default_rng(3)
+    m = dy.ParameterCollection()
+    b = BUILDERS[kind](2, 3, 4, m)
+    xs = seqs(rng, [5], 3)[0]
+    dy.renew_cg()
+    t = b.initial_state().transduce([dy.inputVector(x) for x in xs])
+    s = b.initial_state()
+    steps = []
+    for x in xs:
+        s = s.add_input(dy.inputVector(x))
+        steps.append(s.output())
+    for a, c in zip(t, steps):
+        np.testing.assert_array_equal(a.npvalue(), c.npvalue())
+
+
+def test_state_api_as_dynet():
+    m = dy.ParameterCollection()
+    b = dy.LSTMBuilder(2, 3, 4, m)
+    s0 = b.initial_state()
+    assert s0.output() is None and s0.h() == () and s0.s() == () and s0.prev() is None
+    s1 = s0.add_input(dy.inputVector([1, 2, 3]))
+    assert s1.prev() is s0 and s1.b() is b
+    assert len(s1.h()) == 2 and len(s1.s()) == 4
+    assert s1.output().dim() == ((4,), 1)
+    assert s1.h()[-1].i == s1.output().i
+    s2 = s1.set_h([dy.zeros(4), dy.ones(4)])
+    np.testing.assert_array_equal(s2.output().npvalue(), np.ones(4))
+    assert s2.s()[0].i == s1.s()[0].i      # cells carry over
+    r = dy.SimpleRNNBuilder(2, 3, 4, m).initial_state().add_input(dy.inputVector([1, 2, 3]))
+    assert len(r.s()) == 2
+
+
+def test_initial_state_update_false_gives_no_gradient(f64):
+    m = dy.ParameterCollection()
+    b = dy.GRUBuilder(1, 3, 4, m)
+    dy.renew_cg()
+    out = b.initial_state(update=False).transduce([dy.inputVector([1, 2, 3])] * 2)[-1]
+    dy.sum_elems(out).backward()
+    assert not any(p.grad_as_array().any() for p in m.parameters_list())
+    dy.renew_cg()
+    dy.sum_elems(b.initial_state().transduce([dy.inputVector([1, 2, 3])] * 2)[-1]).backward()
+    assert all(p.grad_as_array().any() for p in m.parameters_list())
+
+
+@pytest.mark.parametrize("kind", ["lstm", "rnn", "gru"])
+def test_parameters_in_dynet_layout(kind):
+    m = dy.ParameterCollection()
+    b = BUILDERS[kind](2, 3, 4, m)
+    shapes = [[p.shape() for p in layer] for layer in b.get_parameters()]
+    expect = {"lstm": [[(16, 3), (16, 4), (16,)], [(16, 4), (16, 4), (16,)]],
+              "rnn": [[(4, 3), (4, 4), (4,)], [(4, 4), (4, 4), (4,)]],
+              "gru": [[(4, 3), (4, 4), (4,)] * 3, [(4, 4), (4, 4), (4,)] * 3]}[kind]
+    assert shapes == expect
+    assert b.param_collection() in m._subs
+    assert len(m.parameters_list()) == sum(len(l) for l in expect)
+    assert len(b.get_parameter_expressions()[1]) == len(expect[1])
+
+
+def test_lstm_forget_bias_starts_at_one():
+    b = dy.VanillaLSTMBuilder(1, 3, 4, dy.ParameterCollection())
+    bias = b.get_parameters()[0][2].as_array()
+    np.testing.assert_array_equal(bias, np.r_[np.zeros(4), np.ones(4), np.zeros(8)])
+
+
+def test_bad_input_raises():
+    m = dy.ParameterCollection()
+    b = dy.LSTMBuilder(2, 3, 4, m)
+    with pytest.raises(GraphError, match=r"input must have shape \(3,\)"):
+        b.initial_state().add_input(dy.inputVector([1, 2]))
+    with pytest.raises(GraphError, match="needs 4 vectors"):
+        b.initial_state([dy.zeros(4), dy.zeros(4)])
+    with pytest.raises(GraphError, match="shape"):
+        b.initial_state([dy.zeros(3)] * 4)
+    with pytest.raises(ValueError):
+        dy.GRUBuilder(0, 3, 4, m)
+    with pytest.raises(ValueError):
+        b.set_dropout(1.0)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "rnn", "gru"])
+def test_dropout_on_off(kind):
+    m = dy.ParameterCollection()
+    b = BUILDERS[kind](2, 6, 8, m)
+    xs = [np.linspace(-1, 1, 6) * k for k in range(1, 4)]
+
+    def run():
+        dy.renew_cg()
+        return b.initial_state().transduce([dy.inputVector(x) for x in xs])[-1].npvalue()
+    base = run()
+    b.set_dropout(0.5)
+    assert not np.allclose(run(), base)
+    dy.set_dropout(False)           # the global switch (evaluation) turns it off
+    np.testing.assert_array_equal(run(), base)
+    dy.set_dropout(True)
+    b.disable_dropout()
+    np.testing.assert_array_equal(run(), base)
+
+
+def test_lstm_dropout_masks_fixed_along_sequence(f64):
+    """Variational dropout (DyNet's VanillaLSTM): one input mask per sequence. With W_h = 0
+    both steps of a sequence must match the reference for one and the same mask out of
+    the 2^4 possible ones; fresh masks per step would fail for some of 6 sequences."""
+    import itertools
+    rng = np.random.default_rng(4)
+    m = dy.ParameterCollection()
+    b = dy.VanillaLSTMBuilder(1, 4, 3, m)
+    Wx, Wh, bias = random_weights(b, rng)[0]
+    Wh[...] = 0
+    b.get_parameters()[0][1].set_value(Wh)
+    b.set_dropout(0.5, 0.0)
+    xs = [rng.normal(size=4) for _ in range(6)]
+    dy.renew_cg()
+    runs = [b.initial_state().transduce([dy.inputVector(x), dy.inputVector(x)]) for x in xs]
+    masks_found = []
+    for x, outs in zip(xs, runs):
+        got = [o.npvalue() for o in outs]
+        hits = []
+        for bits in itertools.product([0.0, 2.0], repeat=4):
+            ref, _, _ = ref_lstm([(Wx, Wh, bias)], [x * np.array(bits)] * 2)
+            if all(np.allclose(g, r, rtol=1e-9, atol=1e-12) for g, r in zip(got, ref)):
+                hits.append(bits)
+        assert hits, "no single mask explains both steps"
+        masks_found.append(hits[0])
+    assert len(set(masks_found)) > 1      # but each sequence draws its own mask
+
+
+def _loss_and_grads(kind, strategy, lengths, layers=2):
+    rng = np.random.default_rng(5)
+    dy.reset_random_seed(7)
+    m = dy.ParameterCollection()
+    b = BUILDERS[kind](layers, 3, 4, m)
+    E = m.add_lookup_parameters((10, 3))
+    V = m.add_parameters((5, 4))
+    data = [([int(t) for t in rng.integers(0, 10, n)], int(rng.integers(0, 5))) for n in lengths]
+    dy.renew_cg(autobatching=strategy)
+    losses = []
+    for toks, y in data:
+        out = b.initial_state().transduce([E[t] for t in toks])[-1]
+        losses.append(dy.pickneglogsoftmax(V * out, y))
+    loss = dy.esum(losses)
+    val = loss.scalar_value()
+    loss.backward()
+    grads = [p.grad_as_array() for p in m.parameters_list() + m.lookup_parameters_list()]
+    return val, grads, dy.stats()["forward_batches"]
+
+
+@pytest.mark.parametrize("kind", ["lstm", "rnn", "gru"])
+def test_batches_across_sequences(kind, f64):
+    lengths = [3, 5, 2, 5, 4]
+    v0, g0, nb0 = _loss_and_grads(kind, "none", lengths)
+    v1, g1, nb1 = _loss_and_grads(kind, "agenda", lengths)
+    assert v1 == pytest.approx(v0, rel=1e-12)
+    for a, c in zip(g0, g1):
+        np.testing.assert_allclose(c, a, rtol=1e-9, atol=1e-12)
+    # the longest sequence bounds the steps: far fewer batches than nodes run unbatched
+    assert nb1 < nb0 / 2
+
+
+def test_lstm_gradient_matches_finite_differences(f64):
+    rng = np.random.default_rng(6)
+    m = dy.ParameterCollection()
+    b = dy.VanillaLSTMBuilder(2, 3, 4, m)
+    random_weights(b, rng)
+    xs = seqs(rng, [3], 3)[0]
+
+    def loss():
+        dy.renew_cg()
+        return dy.sum_elems(b.initial_state().transduce([dy.inputVector(x) for x in xs])[-1])
+    for p in m.parameters_list():
+        p.zero_grad()
+    loss().backward()
+    for p in m.parameters_list():
+        g = p.grad_as_array().reshape(-1)
+        v = p.as_array()
+        flat = v.reshape(-1)
+        for k in rng.choice(flat.size, 3, replace=False):
+            e = np.zeros_like(flat)
+            e[k] = 1e-6
+            p.set_value((flat + e).reshape(v.shape))
+            up = loss().scalar_value()
+            p.set_value((flat - e).reshape(v.shape))
+            down = loss().scalar_value()
+            p.set_value(v)
+            assert g[k] == pytest.approx((up - down) / 2e-6, rel=1e-5, abs=1e-8)
+
+
+def test_builder_on_backend(backend):
+    """Runs on each array backend (CuPy skips without a GPU); values agree with NumPy math."""
+    rng = np.random.default_rng(8)
+    m = dy.ParameterCollection()
+    b = dy.VanillaLSTMBuilder(1, 3, 4, m)
+    ws = random_weights(b, rng)
+    xs = seqs(rng, [3], 3)[0]
+    dy.renew_cg()
+    out = b.initial_state().transduce([dy.inputVector(x) for x in xs])[-1]
+    np.testing.assert_allclose(to_np(out.npvalue()), ref_lstm(ws, xs)[0][-1], rtol=1e-4, atol=1e-5)

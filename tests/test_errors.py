@@ -1,0 +1,276 @@
+"""Errors are raised early and clearly: the message names the op, the shapes and the
+user's line (this file and the line number); parameters stay unchanged; the graph (or a
+renewed one) keeps working afterwards."""
+import numpy as np
+import pytest
+
+import autobatch as dy
+from autobatch import runtime
+from autobatch.errors import AutobatchError, GraphError, NonFiniteError, StaleExpressionError
+from autobatch.ops import OPS
+
+# log/sqrt of negatives are the point of some tests here
+pytestmark = pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning",
+                                        "ignore:divide by zero:RuntimeWarning")
+
+
+@pytest.fixture
+def m():
+    dy.reset_random_seed(5)
+    model = dy.Model()
+    return {"W": model.add_parameters((3, 4)), "b": model.add_parameters(3),
+            "E": model.add_lookup_parameters((5, 3)), "model": model}
+
+
+def _snapshot(m):
+    ps = [m["W"], m["b"], m["E"]]
+    return [(p.as_array(), p.grad_as_array()) for p in ps]
+
+
+def _unchanged(m, snap):
+    for (v, g), p in zip(snap, [m["W"], m["b"], m["E"]]):
+        np.testing.assert_array_equal(p.as_array(), v)
+        np.testing.assert_array_equal(p.grad_as_array(), g)
+
+
+def _works(m):
+    """A correct program on the current graph: value and backward succeed."""
+    x = dy.inputVector([1.0, 2.0, 3.0, 4.0])
+    loss = dy.sum_elems(dy.tanh(m["W"] * x + m["b"] + m["E"][2]))
+    v = loss.value()
+    assert np.isfinite(v)
+    loss.backward()
+    assert m["b"].grad_as_array().any()
+    for p in (m["W"], m["b"], m["E"]):
+        p.zero_grad()
+    return v
+
+
+def _expect(exc, fn, *parts, src=None):
+    """fn (a one-line lambda) raises exc; the message names the line of src (default fn,
+    the user's innermost frame) and every part."""
+    with pytest.raises(exc) as info:
+        fn()
+    msg = str(info.value)
+    where = f"{__file__}:{(src or fn).__code__.co_firstlineno}"
+    assert where in msg, f"{where!r} not in {msg!r}"
+    for p in parts:
+        assert p in msg, f"{p!r} not in {msg!r}"
+    return msg
+
+
+def _vec(n):
+    return dy.inputVector(list(np.arange(1.0, n + 1)))
+
+
+# --- shape mismatches ------------------------------------------------------------------------
+SHAPE_CASES = {
+    "W*x": (lambda m: m["W"] * _vec(3), ["matmul", "(3, 4)", "(3,)"]),
+    "expr*expr": (lambda m: dy.tanh(_vec(2)) * _vec(3), ["matmul", "(2,)", "(3,)"]),
+    "esum": (lambda m: dy.esum([_vec(2), _vec(2), _vec(3)]), ["(2,)", "(3,)"]),
+    "plus": (lambda m: _vec(2) + _vec(3), ["add", "(2,)", "(3,)"]),
+    "cmult": (lambda m: dy.cmult(_vec(4), _vec(3)), ["cmult", "(4,)", "(3,)"]),
+    "concatenate": (lambda m: dy.concatenate([_vec(2), dy.inputMatrix(list(range(4)), (2, 2))]),
+                    ["concatenate", "(2,)", "(2, 2)"]),
+    "affine": (lambda m: dy.affine_transform([m["b"], m["W"], _vec(2)]), ["affine", "(3, 4)", "(2,)"]),
+    "dot_product": (lambda m: dy.dot_product(_vec(2), _vec(3)), ["dot_product", "(2,)", "(3,)"]),
+    "pickrange": (lambda m: dy.pickrange(_vec(2), 1, 5), ["pickrange", "(2,)"]),
+}
+
+
+@pytest.mark.parametrize("case", list(SHAPE_CASES))
+def test_shape_mismatch(m, case):
+    build, parts = SHAPE_CASES[case]
+    dy.renew_cg()
+    snap = _snapshot(m)
+    _expect(GraphError, lambda: build(m), *parts, src=build)
+    _unchanged(m, snap)
+    _works(m)          # the same graph is still usable
+    dy.renew_cg()
+    _works(m)
+
+
+def test_shape_error_names_user_line_not_library_line(m):
+    dy.renew_cg()
+    msg = _expect(GraphError, lambda: m["W"] * _vec(3))
+    assert "/autobatch/" not in msg.split(" at ")[-1]
+
+
+def test_errors_are_value_errors_and_autobatch_errors(m):
+    with pytest.raises(ValueError):
+        _vec(2) + _vec(3)
+    with pytest.raises(AutobatchError):
+        _vec(2) + _vec(3)
+
+
+# --- indices out of range -------------------------------------------------------------------
+INDEX_CASES = {
+    "lookup": (lambda m: dy.lookup(m["E"], 5), ["lookup", "5", "(5, 3)"]),
+    "lookup_negative": (lambda m: dy.lookup(m["E"], -1), ["lookup", "-1", "(5, 3)"]),
+    "lookup_getitem": (lambda m: m["E"][7], ["lookup", "7", "(5, 3)"]),
+    "pick": (lambda m: dy.pick(_vec(2), 2), ["pick", "2", "(2,)"]),
+    "pick_getitem": (lambda m: _vec(3)[3], ["pick", "3", "(3,)"]),
+    "pickneglogsoftmax": (lambda m: dy.pickneglogsoftmax(_vec(2), 3), ["pickneglogsoftmax", "3", "(2,)"]),
+    "pickneglogsoftmax_neg": (lambda m: dy.pickneglogsoftmax(_vec(2), -1), ["pickneglogsoftmax", "-1", "(2,)"]),
+}
+
+
+@pytest.mark.parametrize("case", list(INDEX_CASES))
+def test_index_out_of_range(m, case):
+    build, parts = INDEX_CASES[case]
+    dy.renew_cg()
+    snap = _snapshot(m)
+    _expect(GraphError, lambda: build(m), *parts, src=build)
+    _unchanged(m, snap)
+    _works(m)
+
+
+def test_lookup_with_non_integer_index(m):
+    dy.renew_cg()
+    _expect(GraphError, lambda: dy.lookup(m["E"], 1.5), "lookup", "1.5")
+
+
+# --- stale expressions -----------------------------------------------------------------------
+def test_stale_expression_in_op(m):
+    dy.renew_cg()
+    x = _vec(3)
+    dy.renew_cg()
+    _expect(StaleExpressionError, lambda: dy.tanh(x), "tanh", "renewed")
+    _expect(StaleExpressionError, lambda: x + _vec(3), "add", "renewed")
+    _expect(StaleExpressionError, lambda: dy.esum([_vec(3), x]), "add", "renewed")
+    _works(m)
+
+
+def test_stale_expression_value(m):
+    dy.renew_cg()
+    x = dy.tanh(_vec(3))
+    x.value()
+    dy.renew_cg()
+    _expect(StaleExpressionError, lambda: x.value(), "renewed", "tanh", "(3,)")
+    _expect(StaleExpressionError, lambda: x.npvalue(), "renewed")
+    _expect(StaleExpressionError, lambda: x.backward(), "renewed")
+    _expect(StaleExpressionError, lambda: x.forward(), "renewed")
+    _works(m)
+
+
+def test_stale_expression_error_is_runtime_error():
+    x = _vec(1)
+    dy.renew_cg()
+    with pytest.raises(RuntimeError):
+        x.value()
+
+
+# --- non-finite losses ---------------------------------------------------------------------
+def test_nan_loss_in_backward(m):
+    dy.renew_cg()
+    snap = _snapshot(m)
+    bad = dy.log(dy.inputVector([1.0, -2.0]))       # log of a negative: NaN
+    loss = dy.sum_elems(bad + dy.pickrange(m["b"], 0, 2))
+    msg = _expect(NonFiniteError, lambda: loss.backward(), "log", "(2,)", "non-finite")
+    assert f"node {bad.i}" in msg                    # the first non-finite node, not the loss
+    _unchanged(m, snap)
+    assert not m["b"].touched
+    _works(m)                                        # the same graph still works
+    dy.renew_cg()
+    _works(m)
+
+
+def test_inf_loss_names_first_non_finite_op(m):
+    dy.renew_cg()
+    h = dy.tanh(m["W"] * _vec(4))
+    bad = dy.sqrt(h - 5.0)                           # sqrt of negatives: NaN
+    loss = dy.sum_elems(dy.exp(bad) * 2.0)
+    _expect(NonFiniteError, lambda: loss.backward(), "sqrt", "(3,)", f"node {bad.i}")
+    with pytest.raises(FloatingPointError):
+        loss.backward()
+
+
+def test_nan_among_a_batch_names_the_right_node(m):
+    """Only one node of a batch of logs is non-finite: the message names that node."""
+    dy.renew_cg(autobatching="agenda")
+    logs = [dy.log(dy.inputVector([v, 1.0])) for v in (1.0, 2.0, -3.0, 4.0)]
+    loss = dy.esum([dy.sum_elems(x) for x in logs])
+    _expect(NonFiniteError, lambda: loss.backward(), f"node {logs[2].i} (log")
+
+
+def test_debug_mode_records_creation_lines(m):
+    """set_debug(True): the non-finite message also names the line that built the op."""
+    dy.set_debug(True)
+    try:
+        dy.renew_cg()
+        make = lambda: dy.log(dy.inputVector([1.0, -2.0]))  # noqa: E731
+        bad = make()
+        loss = dy.sum_elems(bad)
+        msg = _expect(NonFiniteError, lambda: loss.backward(), "log")
+        assert f"created at {__file__}:{make.__code__.co_firstlineno}" in msg, msg
+    finally:
+        dy.set_debug(False)
+    dy.renew_cg()
+    bad = dy.log(dy.inputVector([-1.0]))
+    with pytest.raises(NonFiniteError) as e:
+        dy.sum_elems(bad).backward()
+    assert "created at" not in str(e.value)          # off again: nothing recorded
+    assert "set_debug(True)" in str(e.value)         # ... and the message says how to get it
+
+
+def test_debug_from_environment(monkeypatch):
+    monkeypatch.setenv("AUTOBATCH_DEBUG", "1")
+    assert runtime._State().debug is True
+    monkeypatch.setenv("AUTOBATCH_DEBUG", "0")
+    assert runtime._State().debug is False
+    monkeypatch.delenv("AUTOBATCH_DEBUG")
+    assert runtime._State().debug is False
+
+
+def test_backward_on_non_scalar(m):
+    dy.renew_cg()
+    x = dy.tanh(_vec(3))
+    _expect(GraphError, lambda: x.backward(), "scalar", "(3,)")
+    _works(m)
+
+
+# --- errors inside forward -------------------------------------------------------------------
+def test_error_inside_forward_leaves_graph_usable(m, monkeypatch):
+    """A kernel that fails mid-forward: the error names the op; the batches already
+    run are rolled back, and the same graph computes correctly afterwards."""
+    dy.renew_cg(autobatching="agenda")
+    calls = []
+
+    def broken(xp, xs, attr, data):
+        calls.append(1)
+        raise RuntimeError("kernel exploded")
+
+    monkeypatch.setattr(OPS["logistic"], "forward", broken)
+    x = m["W"] * _vec(4)
+    y = dy.logistic(dy.tanh(x))
+    loss = dy.sum_elems(y)
+    snap = _snapshot(m)
+    with pytest.raises(RuntimeError, match="kernel exploded") as e:
+        loss.value()
+    notes = "\n".join(getattr(e.value, "__notes__", []))
+    assert "logistic" in notes
+    _unchanged(m, snap)
+    g = dy.cg()
+    st = dy.stats()
+    assert st["forward_nodes"] == 0 and st["forward_batches"] == 0
+    assert sum(sum(v) for v in st["signatures"].values()) == 0
+    monkeypatch.undo()
+    # the same graph, the same expressions: now they compute
+    assert dy.cg() is g
+    want = 1 / (1 + np.exp(-np.tanh(m["W"].as_array() @ np.arange(1.0, 5.0))))
+    np.testing.assert_allclose(y.npvalue(), want, rtol=1e-5)
+    loss.backward()
+    assert m["b"].grad_as_array().sum() == 0 and m["W"].grad_as_array().any()
+    st = dy.stats()
+    assert sum(sum(v) for v in st["signatures"].values()) == st["forward_nodes"]
+    assert calls
+
+
+def test_renew_cg_recovers_after_every_kind_of_error(m):
+    dy.renew_cg()
+    for bad in (lambda: m["W"] * _vec(3), lambda: dy.lookup(m["E"], 9),
+                lambda: dy.sum_elems(dy.log(_vec(1) * -1.0)).backward()):
+        with pytest.raises(AutobatchError):
+            bad()
+        dy.renew_cg()
+        _works(m)

@@ -1,0 +1,172 @@
+"""Parameter / LookupParameter / ParameterCollection API: shapes, values, gradients,
+initialisers, and save/populate (a failed populate changes nothing)."""
+import numpy as np
+import pytest
+
+import autobatch as dy
+from conftest import to_np
+
+
+def test_shape_value_and_copies(backend):
+    m = dy.ParameterCollection()
+    p = m.add_parameters((2, 3), init=np.arange(6.0).reshape(2, 3), name="W")
+    assert p.shape() == (2, 3) and p.dim() == ((2, 3), 1) and p.name() == "W"
+    a = p.as_array()
+    assert isinstance(a, np.ndarray) and a.dtype == np.float32
+    np.testing.assert_array_equal(a, np.arange(6.0).reshape(2, 3))
+    a[0, 0] = 99                      # a copy: the parameter is unchanged
+    assert p.as_array()[0, 0] == 0
+    assert m.add_parameters(4).shape() == (4,)
+
+
+def test_set_value_and_errors():
+    p = dy.ParameterCollection().add_parameters((2, 2))
+    p.set_value([[1, 2], [3, 4]])
+    np.testing.assert_array_equal(p.as_array(), [[1, 2], [3, 4]])
+    before = p.as_array()
+    with pytest.raises(ValueError, match=r"shape \(2, 2\)"):
+        p.set_value(np.zeros((4,)))
+    with pytest.raises(ValueError):
+        p.set_value(np.zeros((2, 3)))
+    np.testing.assert_array_equal(p.as_array(), before)
+
+
+def test_bad_shapes_rejected():
+    m = dy.ParameterCollection()
+    for bad in [0, -2, (3, 0), ()]:
+        with pytest.raises(ValueError):
+            m.add_parameters(bad)
+    with pytest.raises(ValueError, match="n_rows"):
+        m.add_lookup_parameters(5)
+    with pytest.raises(ValueError, match="initializer array"):
+        m.add_parameters((2, 2), init=np.zeros(3))
+
+
+def test_initializers(f64):
+    m = dy.ParameterCollection()
+    np.testing.assert_array_equal(m.add_parameters(3, init=0.5).as_array(), [0.5] * 3)
+    np.testing.assert_array_equal(m.add_parameters(3, init=dy.ConstInitializer(2)).as_array(), [2] * 3)
+    u = m.add_parameters((50, 50), init=dy.UniformInitializer(0.1)).as_array()
+    assert np.abs(u).max() <= 0.1 and u.std() > 0.03
+    g = m.add_parameters((20, 30)).as_array()          # Glorot: bound sqrt(6 / (20 + 30))
+    assert np.abs(g).max() <= np.sqrt(6 / 50) + 1e-12
+    assert m.add_parameters(2).as_array().dtype == np.float64
+    p = m.parameters_from_numpy(np.eye(2))
+    np.testing.assert_array_equal(p.as_array(), np.eye(2))
+    assert m.parameter_count() == 3 + 3 + 2500 + 600 + 2 + 4
+
+
+def test_grad_zero_grad_and_scale(f64):
+    m = dy.ParameterCollection()
+    p = m.add_parameters(3, init=np.array([1.0, 2.0, 3.0]))
+    assert not p.grad_as_array().any()
+    dy.renew_cg()
+    dy.dot_product(dy.parameter(p), dy.inputVector([1.0, 2.0, 3.0])).backward()
+    np.testing.assert_array_equal(p.grad_as_array(), [1, 2, 3])
+    assert p.touched
+    p.scale_gradient(2.0)
+    np.testing.assert_array_equal(p.grad_as_array(), [2, 4, 6])
+    p.zero_grad()
+    assert not p.grad_as_array().any() and not p.touched
+    p.scale(2.0)
+    np.testing.assert_array_equal(p.as_array(), [2, 4, 6])
+    p.clip_inplace(3, 5)
+    np.testing.assert_array_equal(p.as_array(), [3, 4, 5])
+    p.zero()
+    assert not p.as_array().any()
+    p.set_updated(False)
+    assert not p.is_updated()
+
+
+def test_lookup_parameter_api(backend, f64):
+    m = dy.ParameterCollection()
+    E = m.add_lookup_parameters((4, 2))
+    table = np.arange(8.0).reshape(4, 2)
+    E.init_from_array(table)
+    np.testing.assert_array_equal(E.as_array(), table)
+    assert len(E) == 4 and E.shape() == (4, 2)
+    dy.renew_cg()
+    np.testing.assert_array_equal(E[2].npvalue(), [4, 5])
+    np.testing.assert_array_equal(dy.lookup(E, 3).npvalue(), [6, 7])
+    with pytest.raises(dy.GraphError, match="out of range"):
+        E[4]
+    with pytest.raises(ValueError):
+        E.init_from_array(np.zeros((3, 2)))
+    E.init_row(1, [9, 9])
+    np.testing.assert_array_equal(E.row_as_array(1), [9, 9])
+    np.testing.assert_array_equal(E.rows_as_array([0, 1]), [[0, 1], [9, 9]])
+    with pytest.raises(ValueError):
+        E.init_row(1, [1, 2, 3])
+    with pytest.raises(IndexError):
+        E.row_as_array(7)
+    # gradient rows: E[1] twice and E[3] once
+    dy.renew_cg()
+    dy.sum_elems(dy.esum([E[1], E[3], E[1]])).backward()
+    np.testing.assert_array_equal(E.row_grad_as_array(1), [2, 2])
+    np.testing.assert_array_equal(to_np(E.used_rows()), [1, 3])
+    assert not E.all_updated
+    E.zero_grad()
+    assert E.rows_used == [] and not E.grad_as_array().any()
+
+
+def test_lookup_clear_grad_is_sparse_but_complete(f64):
+    m = dy.ParameterCollection()
+    E = m.add_lookup_parameters((5, 2))
+    dy.renew_cg()
+    dy.sum_elems(E[0] + E[4]).backward()
+    E._clear_grad()
+    assert not E.grad_as_array().any() and E.rows_used == [] and not E.touched
+
+
+def _model(shapes=((2, 3), (4,)), lshape=(5, 2), seed=0):
+    dy.reset_random_seed(seed)
+    m = dy.ParameterCollection()
+    ps = [m.add_parameters(s) for s in shapes]
+    sub = m.add_subcollection("sub")
+    ps.append(sub.add_parameters((3,)))
+    ps.append(m.add_lookup_parameters(lshape))
+    return m, ps
+
+
+def test_save_populate_round_trip(tmp_path):
+    m, ps = _model(seed=1)
+    path = str(tmp_path / "model.npz")
+    m.save(path)
+    m2, ps2 = _model(seed=2)
+    assert not np.array_equal(ps[0].as_array(), ps2[0].as_array())
+    m2.populate(path)
+    for a, b in zip(ps, ps2):
+        np.testing.assert_array_equal(a.as_array(), b.as_array())
+
+
+@pytest.mark.parametrize("other", [
+    dict(shapes=((2, 3), (5,))),              # a shape differs (second parameter)
+    dict(shapes=((2, 3),)),                    # fewer parameters
+    dict(lshape=(6, 2)),                       # lookup table shape differs
+])
+def test_populate_mismatch_leaves_parameters_unchanged(tmp_path, other):
+    m, _ = _model(seed=1)
+    path = str(tmp_path / "model.npz")
+    m.save(path)
+    m2, ps2 = _model(seed=2, **other)
+    before = [p.as_array() for p in ps2]
+    with pytest.raises(ValueError, match="populate"):
+        m2.populate(path)
+    for p, b in zip(ps2, before):
+        np.testing.assert_array_equal(p.as_array(), b)
+
+
+def test_populate_missing_file(tmp_path):
+    m, _ = _model()
+    with pytest.raises(FileNotFoundError):
+        m.populate(str(tmp_path / "nope.npz"))
+
+
+def test_parameter_arithmetic_builds_expressions(f64):
+    m = dy.ParameterCollection()
+    W = m.add_parameters((2, 2), init=np.eye(2) * 2)
+    b = m.add_parameters(2, init=np.ones(2))
+    dy.renew_cg()
+    y = W * dy.inputVector([1.0, 3.0]) + b
+    np.testing.assert_array_equal(y.npvalue(), [3, 7])
+    np.testing.assert_array_equal((-b).npvalue(), [-1, -1])

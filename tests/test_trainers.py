@@ -1,0 +1,267 @@
+"""Trainers: each update equals a NumPy reference step (several steps, so optimizer
+state matters), DyNet's global-norm clipping, sparse vs dense lookup updates,
+skipped parameters, and the small API (status, restart, update_epoch)."""
+import numpy as np
+import pytest
+
+import autobatch as dy
+from autobatch.errors import NonFiniteError
+from conftest import to_np
+
+
+# --- NumPy references: (x, g, state, step t starting at 1) -> (x, state) ---------------
+def ref_sgd(lr):
+    return lambda x, g, st, t: (x - lr * g, st)
+
+
+def ref_momentum(lr, mom):
+    def step(x, g, st, t):
+        v = mom * st.get("v", 0) - lr * g
+        return x + v, {"v": v}
+    return step
+
+
+def ref_adagrad(lr, eps):
+    def step(x, g, st, t):
+        G = st.get("G", 0) + g * g
+        return x - lr * g / np.sqrt(G + eps), {"G": G}
+    return step
+
+
+def ref_adam(lr, b1, b2, eps):
+    """Textbook Adam with bias correction (DyNet's form is algebraically the same)."""
+    def step(x, g, st, t):
+        m = b1 * st.get("m", 0) + (1 - b1) * g
+        v = b2 * st.get("v", 0) + (1 - b2) * g * g
+        mhat, vhat = m / (1 - b1 ** t), v / (1 - b2 ** t)
+        return x - lr * mhat / (np.sqrt(vhat) + eps), {"m": m, "v": v}
+    return step
+
+
+TRAINERS = {
+    "sgd": (lambda m: dy.SimpleSGDTrainer(m, learning_rate=0.2), ref_sgd(0.2)),
+    "momentum": (lambda m: dy.MomentumSGDTrainer(m, learning_rate=0.05, mom=0.8), ref_momentum(0.05, 0.8)),
+    "adagrad": (lambda m: dy.AdagradTrainer(m, learning_rate=0.3, eps=1e-8), ref_adagrad(0.3, 1e-8)),
+    "adam": (lambda m: dy.AdamTrainer(m, alpha=0.01, beta_1=0.8, beta_2=0.9, eps=1e-6), ref_adam(0.01, 0.8, 0.9, 1e-6)),
+}
+
+
+def small_model():
+    m = dy.ParameterCollection()
+    W = m.add_parameters((3, 4))
+    b = m.add_parameters(3)
+    E = m.add_lookup_parameters((6, 4))
+    return m, W, b, E
+
+
+def loss_on(W, b, E, rows, scale=1.0):
+    """A loss using dense W, b and rows of E; returns grads after backward (host copies)."""
+    dy.renew_cg()
+    terms = [dy.squared_norm(dy.tanh(W * E[r] + b) - dy.inputVector([0.3, -0.2, 0.5])) for r in rows]
+    (dy.esum(terms) * scale).backward()
+
+
+@pytest.mark.parametrize("name", list(TRAINERS))
+def test_update_matches_numpy_reference(name, backend, f64):
+    make, ref = TRAINERS[name]
+    m, W, b, E = small_model()
+    tr = make(m)
+    tr.set_clip_threshold(-1)
+    tr.set_sparse_updates(False)     # dense: every row follows the rule, as the reference
+    xs = {p: p.as_array() for p in (W, b, E)}
+    st = {p: {} for p in (W, b, E)}
+    for t, rows in enumerate([[1, 3], [2, 3, 3], [0]], start=1):
+        loss_on(W, b, E, rows)
+        gs = {p: p.grad_as_array() for p in (W, b, E)}
+        tr.update()
+        for p in (W, b, E):
+            xs[p], st[p] = ref(xs[p], gs[p], st[p], t)
+            np.testing.assert_allclose(p.as_array(), xs[p], rtol=1e-10, atol=1e-12)
+            assert not p.grad_as_array().any()       # update() zeroes the gradients
+    assert tr.updates == 3
+
+
+@pytest.mark.parametrize("name", list(TRAINERS))
+def test_sparse_updates_touch_only_used_rows(name, f64):
+    make, ref = TRAINERS[name]
+    m, W, b, E = small_model()
+    tr = make(m)
+    tr.set_clip_threshold(-1)
+    e = E.as_array()
+    st = {}
+    # step 1 uses rows 1, 3; step 2 uses row 4 only: rows 1 and 3 must not move in step 2
+    # (they would under a dense momentum/Adam update), rows 0, 2, 5 never move
+    for t, rows in enumerate([[1, 3, 1], [4]], start=1):
+        loss_on(W, b, E, rows)
+        g = E.grad_as_array()
+        assert sorted(set(int(r) for r in E.used_rows())) == sorted(set(rows))
+        tr.update()
+        for r in sorted(set(rows)):
+            # sparse: the per-row state of a row advances only when it is used, with the
+            # global update count t (DyNet)
+            e[r], st[r] = ref(e[r], g[r], st.get(r, {}), t)
+        np.testing.assert_allclose(E.as_array(), e, rtol=1e-10, atol=1e-12)
+    assert not E.grad_as_array().any() and E.rows_used == []
+
+
+@pytest.mark.parametrize("name", ["momentum", "adam"])
+def test_dense_lookup_updates_move_all_rows_with_state(name, f64):
+    """Dense updates: rows used in step 1 keep moving in step 2 through momentum/moments."""
+    make, _ = TRAINERS[name]
+    m, W, b, E = small_model()
+    tr = make(m)
+    tr.set_sparse_updates(False)
+    tr.set_clip_threshold(-1)
+    loss_on(W, b, E, [1])
+    tr.update()
+    before = E.as_array()
+    loss_on(W, b, E, [4])
+    tr.update()
+    after = E.as_array()
+    assert not np.allclose(after[1], before[1])        # moved with zero gradient
+    np.testing.assert_array_equal(after[0], before[0])  # never-used rows have zero state
+
+
+def test_lookup_used_densely_updates_all_rows_under_sparse(f64):
+    """A table used as a whole matrix gets a dense gradient: sparse updates must apply it all."""
+    m = dy.ParameterCollection()
+    E = m.add_lookup_parameters((4, 3))
+    tr = dy.SimpleSGDTrainer(m, 0.5)
+    tr.set_clip_threshold(-1)
+    e = E.as_array()
+    dy.renew_cg()
+    loss = dy.sum_elems(dy.parameter(E) * dy.inputVector([1.0, 2.0, 3.0])) + dy.sum_elems(E[1])
+    loss.backward()
+    g = E.grad_as_array()
+    assert E.all_updated and np.count_nonzero(np.abs(g).sum(axis=1)) == 4
+    tr.update()
+    np.testing.assert_allclose(E.as_array(), e - 0.5 * g)
+    assert not E.grad_as_array().any() and not E.all_updated
+
+
+def test_clipping_rescales_to_threshold(f64):
+    m, W, b, E = small_model()
+    tr = dy.SimpleSGDTrainer(m, learning_rate=1.0)
+    assert tr.get_clip_threshold() == 5.0                 # DyNet's default
+    tr.set_clip_threshold(0.5)
+    x = {p: p.as_array() for p in (W, b, E)}
+    loss_on(W, b, E, [0, 2], scale=100.0)
+    g = {p: p.grad_as_array() for p in (W, b, E)}
+    norm = np.sqrt(sum((v ** 2).sum() for v in g.values()))
+    assert norm > 0.5
+    tr.update()
+    for p in (W, b, E):
+        np.testing.assert_allclose(p.as_array(), x[p] - g[p] * 0.5 / norm, rtol=1e-10)
+    assert tr.clips == 1
+    assert "clips=1 updates=1" in tr.status()
+    assert "clips=0 updates=0" in tr.status()             # status() resets its counters
+
+
+def test_clipping_off_and_below_threshold(f64):
+    m, W, b, E = small_model()
+    tr = dy.SimpleSGDTrainer(m, learning_rate=0.1)
+    tr.set_clip_threshold(-1)
+    x = W.as_array()
+    loss_on(W, b, E, [0, 2], scale=100.0)
+    g = W.grad_as_array()
+    tr.update()
+    np.testing.assert_allclose(W.as_array(), x - 0.1 * g, rtol=1e-10)
+    assert tr.clips == 0
+    tr.set_clip_threshold(1e9)
+    x = W.as_array()
+    loss_on(W, b, E, [1])
+    g = W.grad_as_array()
+    tr.update()
+    np.testing.assert_allclose(W.as_array(), x - 0.1 * g, rtol=1e-10)
+    assert tr.clips == 0
+
+
+def test_non_finite_gradient_with_clipping_raises():
+    m, W, b, E = small_model()
+    tr = dy.SimpleSGDTrainer(m)
+    W.grad[0, 0] = np.nan
+    W.touched = True
+    x = W.as_array()
+    with pytest.raises(NonFiniteError):
+        tr.update()
+    np.testing.assert_array_equal(W.as_array(), x)
+
+
+def test_not_updated_parameters_are_skipped():
+    m, W, b, E = small_model()
+    tr = dy.SimpleSGDTrainer(m)
+    W.set_updated(False)
+    E.set_updated(False)
+    w, e, bb = W.as_array(), E.as_array(), b.as_array()
+    loss_on(W, b, E, [1, 2])
+    tr.update()
+    np.testing.assert_array_equal(W.as_array(), w)
+    np.testing.assert_array_equal(E.as_array(), e)
+    assert not np.array_equal(b.as_array(), bb)
+    assert not W.grad_as_array().any()     # gradients are still cleared
+
+
+def test_learning_rate_attribute_restart_and_update_epoch(f64):
+    m, W, b, E = small_model()
+    tr = dy.MomentumSGDTrainer(m)
+    assert tr.learning_rate == 0.01
+    tr.learning_rate = 0.5
+    tr.set_clip_threshold(-1)
+    loss_on(W, b, E, [0])
+    x, g = W.as_array(), W.grad_as_array()
+    tr.update()
+    np.testing.assert_allclose(W.as_array(), x - 0.5 * g)
+    with pytest.warns(DeprecationWarning):
+        tr.update_epoch(1.0)
+    assert tr.learning_rate == 0.5       # DyNet 2: update_epoch changes nothing
+    tr.restart(0.25)                     # forgets momentum, sets the rate
+    assert tr.learning_rate == 0.25
+    loss_on(W, b, E, [0])
+    x, g = W.as_array(), W.grad_as_array()
+    tr.update()
+    np.testing.assert_allclose(W.as_array(), x - 0.25 * g)
+
+
+def test_defaults_as_dynet():
+    m = dy.ParameterCollection()
+    assert dy.SimpleSGDTrainer(m).learning_rate == 0.1
+    assert dy.MomentumSGDTrainer(m).momentum == 0.9
+    assert dy.AdagradTrainer(m).epsilon == 1e-20
+    a = dy.AdamTrainer(m)
+    assert (a.learning_rate, a.beta_1, a.beta_2, a.epsilon) == (0.001, 0.9, 0.999, 1e-8)
+    with pytest.raises(TypeError):
+        dy.SimpleSGDTrainer([])
+
+
+def test_training_an_lstm_reduces_loss():
+    """End to end: builder + lookup + Adam (sparse) on a tiny task lowers the loss."""
+    m = dy.ParameterCollection()
+    E = m.add_lookup_parameters((5, 4))
+    lstm = dy.LSTMBuilder(1, 4, 8, m)
+    V = m.add_parameters((2, 8))
+    tr = dy.AdamTrainer(m, alpha=0.05)
+    data = [([0, 1, 2], 0), ([3, 4], 1), ([1, 1, 0, 2], 0), ([4, 3, 3], 1)]
+
+    def epoch():
+        dy.renew_cg()
+        loss = dy.esum([dy.pickneglogsoftmax(V * lstm.initial_state().transduce([E[t] for t in xs])[-1], y)
+                        for xs, y in data])
+        v = loss.scalar_value()
+        loss.backward()
+        tr.update()
+        return v
+    first = epoch()
+    for _ in range(30):
+        last = epoch()
+    assert last < first / 4
+
+
+def test_state_arrays_follow_backend(backend):
+    m, W, b, E = small_model()
+    tr = dy.AdamTrainer(m)
+    loss_on(W, b, E, [2])
+    tr.update()
+    for arrs in tr._aux.values():
+        for a in arrs:
+            assert type(a) is type(W.value)
+    assert to_np(W.value).shape == (3, 4)
