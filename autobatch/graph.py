@@ -134,10 +134,10 @@ class ComputationGraph:
                     need = True
         r = _RULES.get((op, ins, attr)) or _rule(op, ins, attr)
         base = r[2]
-        if r[3]:
-            key = (base,) + tuple([args[j] for j in r[3]])
-        elif base is None:
+        if base is None:            # not batchable: a signature of its own, whatever its inputs
             key = ("alone", len(self.ops))
+        elif r[3]:
+            key = (base,) + tuple([args[j] for j in r[3]])
         else:
             key = base
         sig = self._sigtab.get(key)

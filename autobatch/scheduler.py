@@ -62,62 +62,130 @@ def _edges(lo, hi, args, sig_all):
     succ = dst[order]
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(src, minlength=n), out=ptr[1:])
-    return waits, ptr, succ
+    pptr = np.zeros(n + 1, dtype=np.int64)      # predecessors: edges already lie in dst order
+    np.cumsum(waits, out=pptr[1:])
+    return waits, ptr, succ, pptr, src
 
 
-def _agenda(lo, hi, sigs, depths, args, heavy_of_sig):
-    """DyNet's agenda: repeatedly run every ready node of the signature with the
-    lowest average depth (ties: cheap ops first). Vectorised per batch: the Python
-    loop runs once per batch, not once per node or edge."""
+def _ranges(ptr, flat, nodes):
+    """Concatenation of flat[ptr[i]:ptr[i+1]] over nodes, in one vectorised gather."""
+    a, b = ptr[nodes], ptr[nodes + 1]
+    lens = b - a
+    total = int(lens.sum())
+    if total == 0:
+        return flat[:0]
+    if len(nodes) == 1:
+        return flat[int(a[0]):int(b[0])]
+    return flat[np.repeat(a - np.cumsum(lens) + lens, lens) + np.arange(total)]
+
+
+def _heights(n, ptr, pptr, preds):
+    """Longest path from each node to a sink of the pending subgraph: reverse Kahn,
+    one vectorised step per level."""
+    out = np.diff(ptr)
+    height = np.zeros(n, dtype=np.int64)
+    frontier = np.flatnonzero(out == 0)
+    h = 0
+    while len(frontier):
+        height[frontier] = h
+        p = _ranges(pptr, preds, frontier)
+        if len(p) == 0:
+            break
+        np.subtract.at(out, p, 1)
+        frontier = p[out[p] == 0]
+        if len(frontier) > 1:
+            frontier = np.unique(frontier)
+        out[frontier] = -1
+        h += 1
+    return height
+
+
+def _levels(sig, asap, alap):
+    """Per signature, the leveling (as-soon- or as-late-as-possible) that spreads its
+    nodes over fewer distinct levels. Loss heads sit at every ASAP depth of a
+    sequence but at one ALAP level, so deferring them lets them batch together."""
+    def distinct(level):
+        pairs = np.unique(sig * (int(level.max()) + 1) + level)
+        return np.bincount(np.searchsorted(usig, pairs // (int(level.max()) + 1)), minlength=len(usig))
+    usig, inv = np.unique(sig, return_inverse=True)
+    late = (distinct(alap) < distinct(asap))[inv]
+    return np.where(late, alap, asap)
+
+
+def _agenda(lo, hi, sigs, depths, args, heavy_of_sig, average_only=False):
+    """The agenda of ready nodes: repeatedly run every ready node of one signature.
+
+    Which signature: DyNet ranks signatures by the average depth of all their nodes;
+    on chains and trees that interleaves gates badly (we measured more batches than
+    plain depth batching). We give every node a level — its depth (as soon as
+    possible) or, for signatures whose nodes line up better that way, its distance
+    from the end (as late as possible: loss heads) — and rank a signature by the
+    lowest level among its *ready* nodes, then cheap before heavy, then DyNet's
+    average depth. With depth levels alone the lowest pending level is always fully
+    ready, so every batch completes a level of its signature and deeper ready nodes
+    ride along; the late levels then gather the loss heads of all lengths into one
+    batch. ``average_only=True`` gives DyNet's rule.
+
+    Vectorised per batch: the Python loop runs once per batch, not per node or edge."""
     sig_all = np.array(sigs[lo:hi], dtype=np.int64)
     pend = np.flatnonzero(sig_all >= 0)
     if len(pend) == 0:
         return []
+    depth_all = np.array(depths[lo:hi], dtype=np.int64)
     sig = sig_all[pend]
-    depth = np.array(depths[lo:hi], dtype=np.float64)[pend]
     usig, inv = np.unique(sig, return_inverse=True)
-    avg = np.bincount(inv, weights=depth) / np.bincount(inv)
-    prio = {int(s): (float(a), heavy_of_sig(int(s)), int(s)) for s, a in zip(usig, avg)}
+    avg = np.bincount(inv, weights=depth_all[pend]) / np.bincount(inv)
+    rank = {int(s): (heavy_of_sig(int(s)), float(a), int(s)) for s, a in zip(usig, avg)}
 
-    waits, ptr, succ = _edges(lo, hi, args, sig_all)
+    waits, ptr, succ, pptr, preds = _edges(lo, hi, args, sig_all)
+    if not average_only:
+        asap = depth_all - int(depth_all[pend].min())
+        height = _heights(hi - lo, ptr, pptr, preds)
+        alap = int(height[pend].max()) - height
+        key = np.zeros(hi - lo, dtype=np.int64)
+        key[pend] = _levels(sig, asap[pend], alap[pend])
     ready: dict = {}
+    low: dict = {}          # signature -> lowest depth among its ready nodes
     heap: list = []
+
+    def push(s, part):
+        d = 0 if average_only else int(key[part].min())
+        r = ready.get(s)
+        if r is None:
+            ready[s] = [part]
+        else:
+            r.append(part)
+            if d >= low[s]:
+                return
+        low[s] = d
+        h, a, s_ = rank[s]
+        heapq.heappush(heap, (a, h, s) if average_only else (d, h, a, s))
 
     def add_ready(nodes):
         """Queue newly ready local node ids (ascending), grouped by signature."""
         ss = sig_all[nodes]
         if ss[0] == ss[-1] and (len(ss) < 3 or (ss == ss[0]).all()):
-            groups = ((int(ss[0]), nodes),)
-        else:
-            order = np.argsort(ss, kind="stable")
-            nodes, ss = nodes[order], ss[order]
-            cut = np.flatnonzero(ss[1:] != ss[:-1]) + 1
-            groups = zip(ss[np.concatenate(([0], cut))].tolist(), np.split(nodes, cut))
-        for s, part in groups:
-            r = ready.get(s)
-            if r is None:
-                ready[s] = [part]
-                heapq.heappush(heap, prio[s])
-            else:
-                r.append(part)
+            push(int(ss[0]), nodes)
+            return
+        order = np.argsort(ss, kind="stable")
+        nodes, ss = nodes[order], ss[order]
+        cut = np.flatnonzero(ss[1:] != ss[:-1]) + 1
+        for s, part in zip(ss[np.concatenate(([0], cut))].tolist(), np.split(nodes, cut)):
+            push(s, part)
 
     add_ready(pend[waits[pend] == 0])
     out = []
     while heap:
-        s = heapq.heappop(heap)[2]
+        entry = heapq.heappop(heap)
+        s = entry[-1]
+        if s not in ready or (not average_only and low[s] != entry[0]):
+            continue                      # stale entry: s ran already, or got a lower depth
         parts = ready.pop(s)
         batch = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
         out.append((batch + lo).tolist())
-        a, b = ptr[batch], ptr[batch + 1]
-        lens = b - a
-        total = int(lens.sum())
-        if total == 0:
+        nxt = _ranges(ptr, succ, batch)
+        if len(nxt) == 0:
             continue
-        if len(batch) == 1:
-            nxt = succ[int(a[0]):int(b[0])]
-        else:
-            starts = np.repeat(a - np.cumsum(lens) + lens, lens)
-            nxt = succ[starts + np.arange(total)]
         np.subtract.at(waits, nxt, 1)
         fresh = nxt[waits[nxt] == 0]
         if len(fresh):

@@ -110,10 +110,11 @@ def test_recording_backend_matches_numpy_and_copies_once_per_batch(rec, P, prog,
     rec.log.clear()
     v, grads, g, n_fwd = _run(prog, P, strategy, rec)
     assert g.backend is rec
-    # same kernels underneath: bit-identical results
-    assert v == ref_v
+    # same kernels underneath; not asserted bit-identical because BLAS may take other
+    # code paths for differently aligned arena buffers (recycled by autobatch.memory)
+    np.testing.assert_allclose(v, ref_v, rtol=1e-12, atol=1e-14)
     for a, b in zip(grads, ref_g):
-        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
     fwd, bwd = rec.log[:n_fwd], rec.log[n_fwd:]
     gathers = [e for e in fwd if e[0] == "gather"]
     assert not [e for e in bwd if e[0] == "gather"], "backward must not gather"

@@ -4,6 +4,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import autobatch as dy
+from autobatch.ops.base import Op
 from autobatch.runtime import Strategy
 from autobatch.scheduler import schedule
 
@@ -204,3 +205,34 @@ def test_schedules_are_valid_partitions(prog):
             assert len(plan) == len(want)
         else:
             assert len(plan) <= len(want)
+
+
+class _Alone(Op):
+    """A non-batchable op whose inputs are all shared (like vertex_call); not registered."""
+    name = "test_alone"
+    batchable = False
+    has_data = True
+
+    def shared_of(self, n):
+        return tuple(range(n))
+
+    def shape(self, shapes, attr):
+        return shapes[0]
+
+    def forward(self, xp, xs, attr, data):
+        assert len(data) == 1, "a non-batchable op got a batch"
+        return (xs[0] * data[0])[None]
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        return [gy[0] * data[0]]
+
+
+@pytest.mark.parametrize("strategy", ["depth", "agenda"])
+def test_non_batchable_op_with_shared_inputs_runs_alone(m, strategy):
+    """Regression: equal shared inputs must not give a non-batchable op one signature."""
+    g = dy.renew_cg(autobatching=strategy)
+    x = dy.tanh(dy.inputVector([1.0, 2.0, 3.0]))
+    ys = [g.add(_Alone(), (x.i,), None, float(k)) for k in (1, 2, 3)]
+    assert len({g.sigs[y.i] for y in ys}) == 3
+    for k, y in zip((1, 2, 3), ys):
+        np.testing.assert_allclose(y.npvalue(), k * np.tanh([1.0, 2.0, 3.0]), rtol=1e-6)

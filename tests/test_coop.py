@@ -344,3 +344,80 @@ def test_stats_report_forward_rounds():
     dy.scalarInput(1.0).value()
     dy.scalarInput(2.0).value()
     assert dy.stats()["forward_rounds"] == 2
+
+
+# --- the arc-hybrid parser (bench/tasks/parser.py, examples/parser.py) ------------------------
+def _parser():
+    import os
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from bench.tasks import parser
+    return parser
+
+
+def test_dynamic_oracle_costs_are_exact_on_random_walks():
+    """Arc-decomposability: after ANY transition sequence, correct arcs = n - sum of costs paid."""
+    P = _parser()
+    rng = np.random.default_rng(0)
+    for words, _, gold in P.synthetic_trees(60, seed=2):
+        assert P.is_projective(gold)
+        for trial in range(3):
+            cfg, paid = P.Config(len(words)), 0
+            while not cfg.done():
+                valid, c = cfg.valid(), cfg.costs(gold)
+                ts = [t for t in range(3) if valid[t]]
+                t = min(ts, key=lambda t: c[t]) if trial == 0 else int(rng.choice(ts))
+                paid += c[t]
+                cfg.apply(t)
+            right = sum(cfg.heads[d] == h for d, h in enumerate(gold, 1))
+            assert right == len(gold) - paid
+            if trial == 0:
+                assert paid == 0           # the zero-cost path rebuilds the gold tree
+
+
+def test_conllu_loader(tmp_path):
+    P = _parser()
+    f = tmp_path / "x.conllu"
+    f.write_text("# sent_id = 1\n1-2\tdon't\t_\t_\t_\t_\t_\t_\t_\t_\n1\tdo\tdo\tAUX\t_\t_\t3\taux\t_\t_\n"
+                 "2\tn't\tnot\tPART\t_\t_\t3\tadvmod\t_\t_\n3\tgo\tgo\tVERB\t_\t_\t0\troot\t_\t_\n"
+                 "3.1\tx\tx\tX\t_\t_\t_\t_\t_\t_\n\n1\ta\ta\tDET\t_\t_\t3\tdet\t_\t_\n"
+                 "2\tb\tb\tNOUN\t_\t_\t4\tnsubj\t_\t_\n3\tc\tc\tNOUN\t_\t_\t0\troot\t_\t_\n"
+                 "4\td\td\tVERB\t_\t_\t3\tacl\t_\t_\n")
+    sents = P.load_conllu(str(f))
+    assert sents[0] == (["do", "n't", "go"], ["AUX", "PART", "VERB"], [3, 3, 0])
+    assert P.is_projective(sents[0][2]) and not P.is_projective(sents[1][2])
+    insts, meta = P.data(3, path=str(f))      # non-projective sentences are dropped
+    assert len(insts) == 3 and all(len(i[0]) == 3 for i in insts)
+
+
+@pytest.mark.parametrize("strategy", ["none", "agenda"])
+def test_parser_batched_map_matches_sentence_by_sentence(strategy, f64):
+    P = _parser()
+    insts, meta = P.data(6, seed=4)
+
+    def run(batched):
+        dy.reset_random_seed(7)
+        pc = dy.ParameterCollection()
+        model = P.Model(dy, pc, meta, 8)
+        model.batched = batched
+        dy.renew_cg(strategy)
+        loss = dy.esum(model.batch_losses(dy, insts))
+        v = loss.value()
+        rounds = dy.stats()["forward_rounds"]
+        loss.backward()
+        grads = [p.grad_as_array() for p in pc.parameters_list() + pc.lookup_parameters_list()]
+        dy.renew_cg(strategy)
+        heads = model.predict(dy, insts)
+        return v, grads, heads, rounds
+
+    v0, g0, h0, r0 = run(False)
+    v1, g1, h1, r1 = bounded(lambda: run(True))
+    assert h0 == h1
+    assert v1 == pytest.approx(v0, rel=1e-9)
+    for a, b in zip(g0, g1):
+        np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-12)
+    n = [len(w) for w, _, _ in insts]
+    assert r0 == 2 * sum(n) + 1             # one forward per transition, plus the loss
+    assert r1 == 2 * max(n) + 1             # one per transition step of the longest sentence

@@ -29,6 +29,21 @@ class _Kind:
         self.deferred = []
 
 
+def _size(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _take_into(xp, src, idx, out):
+    """out[...] = src[idx] along axis 0 without a temporary where out is contiguous."""
+    if out.flags.c_contiguous:
+        xp.take(src, idx, axis=0, out=out)
+    else:
+        out[...] = src[idx]
+
+
 def _add_at(xp, a, idx, v):
     if hasattr(xp.add, "at"):
         xp.add.at(a, idx, v)
@@ -67,7 +82,45 @@ class Run:
             return K.ids[src[4].name][r0:r1]
         return K.seeds[r0:r1] ^ ((s * 0x9E3779B1) & 0x7FFFFFFF)
 
+    def _layout(self):
+        """Offsets of every dynamic tensor in one arena: per kind, one block of n_k rows per
+        symbol (concat inputs live inside their concat's block), then the scatter state."""
+        off = 0
+        self.offs = []
+        for K in self.kinds:
+            t, o = K.t, {}
+            for s in range(len(t.src)):
+                if not t.is_param[s] and s not in t.alias:
+                    o[s] = off
+                    off += -(-K.n * t.sizes[s] // 16) * 16        # 64-byte aligned blocks
+            self.offs.append(o)
+        self.state_offs = []
+        for shape in self.fn.scatter_shapes or ():
+            size = 1
+            for d in shape:
+                size *= d
+            self.state_offs.append((off, shape))
+            off += -(-(self.plan.N + 1) * size // 16) * 16
+        return off
+
+    def _views(self, arena, kinds, K_attr):
+        """Per-kind symbol views (into K.buf or K.g) of an arena laid out by _layout; returns
+        the scatter-state views."""
+        for K, o in zip(kinds, self.offs):
+            t, n = K.t, K.n
+            d = {}
+            for s, off in o.items():
+                d[s] = arena[off:off + n * t.sizes[s]].reshape((n,) + t.shapes[s])
+            for a in sorted(t.alias, reverse=True):
+                c, col = t.alias[a]
+                d[a] = d[c].reshape(n, -1)[:, col:col + t.sizes[a]].reshape((n,) + t.shapes[a])
+            setattr(K, K_attr, d)
+        N1 = self.plan.N + 1
+        return [arena[off:off + N1 * _size(shape)].reshape((N1,) + shape) for off, shape in self.state_offs]
+
     def _run(self, K, s, r0, r1):
+        if s in K.t.concat_free:
+            return
         src = K.t.src[s]
         op, args, attr = src[1], src[2], src[3]
         shared = op.shared_of(len(args))
@@ -85,15 +138,15 @@ class Run:
         plan, dtype = self.plan, self.dtype
         N = plan.N
         pull_all = self._pull_arrays(xp, xs)
-        shapes = self.fn.scatter_shapes or ()
-        self.state = state = [xp.zeros((N + 1,) + s, dtype=dtype) for s in shapes]
         self.kinds = kinds = [_Kind(t, rows) for t, rows in zip(self.traces, plan.kinds)]
+        self.n_arena = self._layout()
+        self.arena = self.fn._arena(xp, dtype, self.n_arena)
+        self.state = state = self._views(self.arena, kinds, K_attr="buf")
+        for st in state:
+            st[N] = 0                       # what a missing child gathers
         launches = 0
         for K in kinds:
             t, n = K.t, K.n
-            for s, src in enumerate(t.src):
-                if not t.is_param[s]:
-                    K.buf[s] = xp.empty((n,) + t.shapes[s], dtype=dtype)
             gids = xp.asarray(K.rows.gids)
             K.rows.gids = gids
             for name in t.bounds:
@@ -101,7 +154,7 @@ class Run:
             if any(t.src[s][5] == SEED for s in t.pre + t.front + t.post):
                 K.seeds = (gids.astype(xp.int64) * 1000003 + self.seed) & 0x7FFFFFFFFFFF
             for s, name in t.pulls:
-                xp.take(pull_all[name], gids, axis=0, out=K.buf[s].reshape(n, -1))
+                _take_into(xp, pull_all[name].reshape((-1,) + t.shapes[s]), gids, K.buf[s])
             for s in t.pre:
                 self._run(K, s, 0, n)
             launches += len(t.pre)
@@ -117,7 +170,7 @@ class Run:
             cp = K.rows.childpos
             for c, j, s in t.gathers:
                 if t.phase[s] == "front":
-                    xp.take(state[j], xp.asarray(cp[r0:r1, c]), axis=0, out=K.buf[s][r0:r1])
+                    _take_into(xp, state[j], xp.asarray(cp[r0:r1, c]), K.buf[s][r0:r1])
             for s in t.front:
                 self._run(K, s, r0, r1)
             launches += len(t.front)
@@ -128,7 +181,7 @@ class Run:
             t = K.t
             for c, j, s in t.gathers:
                 if t.phase[s] == "post":
-                    xp.take(state[j], xp.asarray(K.rows.childpos[:, c]), axis=0, out=K.buf[s])
+                    _take_into(xp, state[j], xp.asarray(K.rows.childpos[:, c]), K.buf[s])
             for s in t.post:
                 self._run(K, s, 0, K.n)
             launches += len(t.post)
@@ -165,6 +218,8 @@ class Run:
     # ------------------------------------------------------------------ backward
     def _back(self, K, s, r0, r1, pg, defer):
         t = K.t
+        if s in t.concat_free:
+            return                          # its inputs' gradients already are its gradient
         src = t.src[s]
         op, args, attr = src[1], src[2], src[3]
         gy = K.g[s][r0:r1]
@@ -199,12 +254,13 @@ class Run:
     def backward(self, xp, xs, gy):
         plan, kinds, dtype = self.plan, self.kinds, self.dtype
         N = plan.N
-        gstate = [xp.zeros_like(s) for s in self.state]
         pg: dict = {}
         lazy = lazygrad.enabled()
+        if getattr(self, "garena", None) is None:
+            self.garena = self.fn._arena(xp, dtype, self.n_arena)
+        self.garena[:self.n_arena] = 0
+        gstate = self._views(self.garena, kinds, K_attr="g")
         for K in kinds:
-            t = K.t
-            K.g = {s: xp.zeros_like(K.buf[s]) for s in K.buf if t.need[s]}
             K.deferred = []
         gy = gy.reshape(-1)
         for name, shape, size, off in self.pushes:
@@ -311,7 +367,7 @@ class Run:
             g = None
             for K in self.kinds:
                 for s, nm in K.t.pulls:
-                    if nm == name and s in K.g:
+                    if nm == name and K.t.need[s]:
                         if g is None:
                             g = xp.zeros((N, src.size), dtype=self.dtype)
                         g[K.rows.gids] += K.g[s].reshape(K.n, src.size)

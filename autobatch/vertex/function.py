@@ -147,7 +147,8 @@ class VertexFunction:
         self.max_children = int(max_children)
         self._declared = None if scatter_dims is None else [_dims(d) for d in scatter_dims]
         self.clear()
-        self.last_stats = {}
+        self._runs: list = []               # (graph, run) whose arenas may come back
+        self._free: list = []               # arenas of runs whose graph was renewed
 
     def clear(self):
         """Forget the traces (done automatically when a parameter changes shape)."""
@@ -155,6 +156,31 @@ class VertexFunction:
         self.scatter_shapes = None if self._declared is None else list(self._declared)
         self.reads = None
         self.n_traced = 0
+
+    # ------------------------------------------------------------------ memory
+    def _arena(self, xp, dtype, n):
+        """A 1-D buffer of >= n elements for a run's dynamic tensors. Buffers of runs whose
+        graph was renewed are recycled: fresh tens of MB per minibatch cost page faults
+        comparable to the compute."""
+        keep = []
+        for g, r in self._runs:
+            if g.alive:
+                keep.append((g, r))
+            else:
+                self._free += [b for b in (r.arena, getattr(r, "garena", None)) if b is not None]
+                r.arena = r.garena = None
+        self._runs = keep
+        best = None
+        for k, b in enumerate(self._free):
+            if b.dtype == dtype and isinstance(b, xp.ndarray) and b.shape[0] >= n and \
+                    (best is None or b.shape[0] < self._free[best].shape[0]):
+                best = k
+        if best is not None:
+            return self._free.pop(best)
+        if len(self._free) > 2:
+            self._free.sort(key=lambda b: b.shape[0])
+            del self._free[0]
+        return xp.empty(n, dtype=dtype)
 
     # ------------------------------------------------------------------ tracing
     def _trace(self, arity, kind, pulls):
@@ -241,6 +267,42 @@ class VertexFunction:
         plan = Plan(graphs, kind_of, len(traces))
         return self._node(g, traces, plan, pulls, N)
 
+    def unbatched(self, graphs, kind=None, **inputs) -> dict:
+        """The reference semantics: run F once per vertex, building ordinary lazy-graph nodes
+        (no tracing). Returns {name: [Expression or None per vertex]} in input order. Slow;
+        for tests and debugging."""
+        from .. import api
+        if isinstance(graphs, InputGraph):
+            graphs = [graphs]
+        graphs = list(graphs)
+        g = cg()
+        sizes = [gr.n for gr in graphs]
+        N = int(sum(sizes))
+        pulls = {name: _pull_source(self.name, name, src, sizes, N, g) for name, src in inputs.items()}
+        ukind = None if kind is None else _pull_source(self.name, "kind", kind, sizes, N, g).ids
+        rows = {}
+        for name, src in pulls.items():
+            if src.kind == "expr":
+                if len(src.exprs) == N and all(g.shapes[e.i] == src.shape for e in src.exprs):
+                    rows[name] = list(src.exprs)            # one Expression per vertex
+                else:                                       # Expressions with a row per vertex
+                    rows[name] = [api.pick(e, r, 0) for e in src.exprs for r in range(g.shapes[e.i][0])]
+        out: dict = {}
+        base = 0
+        for gi, gr in enumerate(graphs):
+            state = [None] * gr.n
+            for v in np.argsort(gr.level, kind="stable").tolist():
+                gid = base + v
+                kids = gr.children(v)
+                lv = _LazyVertex(self, len(kids), 0 if ukind is None else int(ukind[gid]),
+                                 [state[u] for u in kids], pulls, rows, gid)
+                self.f(lv)
+                state[v] = lv.scattered
+                for name, x in lv.pushed.items():
+                    out.setdefault(name, [None] * N)[gid] = x
+            base += gr.n
+        return out
+
     def _kinds(self, arity, ukind, specs, psig):
         """One trace per distinct vertex kind; kind = (arity, user kind) as far as F reads them."""
         code = arity * (int(ukind.max()) + 1 if ukind.size else 1) + ukind
@@ -306,6 +368,7 @@ class VertexFunction:
             e = node if len(pushes) == 1 else pickrange(node, o, o + N * size)
             outs[name] = reshape(e, (N,) + sh)
         self.last_run = run
+        self._runs.append((g, run))
         return VertexOutputs(outs, plan.offsets, run)
 
 
@@ -323,3 +386,41 @@ def vertex_function(max_children: int = 2, scatter_dims=None):
         vf.__doc__ = f.__doc__
         return vf
     return wrap
+
+
+class _LazyVertex:
+    """The vertex handle of VertexFunction.unbatched: builds lazy-graph nodes directly."""
+
+    def __init__(self, fn, arity, kind, kids, pulls, rows, gid):
+        self._fn, self.n_children, self.kind = fn, arity, kind
+        self.is_leaf = arity == 0
+        self._kids, self._pulls, self._rows, self._gid = kids, pulls, rows, gid
+        self.scattered, self.pushed = None, {}
+
+    def pull(self, name):
+        src = self._pulls[name]
+        if src.kind == "ids":
+            return int(src.ids[self._gid])
+        if src.kind == "float":
+            from ..api import inputTensor
+            return inputTensor(np.asarray(src.vals[self._gid]).reshape(src.shape))
+        return self._rows[name][self._gid]
+
+    def gather(self, k):
+        from ..api import zeros
+        if k < len(self._kids):
+            got = self._kids[k]
+        else:
+            shapes = self._fn.scatter_shapes
+            if shapes is None:
+                raise GraphError(f"{self._fn.name}: gather({k}) of a missing child needs scatter_dims")
+            got = tuple(zeros(s) for s in shapes)
+        return got if len(got) > 1 else got[0]
+
+    def scatter(self, *xs):
+        self.scattered = tuple(xs)
+        if self._fn.scatter_shapes is None:
+            self._fn.scatter_shapes = [x.dim()[0] for x in xs]
+
+    def push(self, name, x):
+        self.pushed[name] = x

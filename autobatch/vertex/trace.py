@@ -256,6 +256,30 @@ class Trace:
                 need[s] = src[1].differentiable and any(need[a] for a in src[2])
         self.need = need
         self.is_param = [src[0] == PARAM for src in self.src]
+        self.alias = self._concat_aliases(ops)
+
+    def _concat_aliases(self, ops):
+        """{input symbol: (concat symbol, first column)} for vector concatenations whose inputs
+        can live inside the concat's own buffer: producers (gathers included) then write in
+        place and the concat costs nothing, forward or backward (its gradient buffer is
+        likewise the inputs' gradient buffers side by side)."""
+        alias = {}
+        targets = set()
+        for s in ops:
+            src = self.src[s]
+            if src[1].name != "concatenate" or src[3] != 0 or len(self.shapes[s]) != 1:
+                continue
+            args = src[2]
+            if len(set(args)) != len(args) or any(
+                    self.is_param[a] or a in alias or a in targets or len(self.shapes[a]) != 1 for a in args):
+                continue
+            col = 0
+            for a in args:
+                alias[a] = (s, col)
+                col += self.sizes[a]
+            targets.add(s)
+        self.concat_free = targets
+        return alias
 
     def key_of(self, arity, kind):
         return (arity if "arity" in self.reads else None, kind if "kind" in self.reads else None)

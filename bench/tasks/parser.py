@@ -19,14 +19,13 @@ TITLE = "Arc-hybrid parser, batched_map"
 WEMB, PEMB, MLP = 64, 16, 100
 SHIFT, LEFT, RIGHT = 0, 1, 2
 N_POS = 12
-EXPLORE = 0
 
 
 # ---------------------------------------------------------------- data
 def synthetic_trees(n, seed=0, n_words=3000, mean_len=16, max_len=45):
     """Projective trees: each POS prefers a head POS and a side, words are Zipf within their POS.
 
-    Nodes attach one by one to an earlier node (a head of the preferred POS when there is one);
+    Nodes attach one by one to an earlier node (mostly the latest one of the preferred head POS);
     each node's left and right dependents are kept in creation order, and the sentence is the
     in-order walk, so every subtree is contiguous (projective)."""
     rng = np.random.default_rng(seed)
@@ -41,7 +40,7 @@ def synthetic_trees(n, seed=0, n_words=3000, mean_len=16, max_len=45):
         for k in range(1, L):
             p = int(rng.integers(N_POS))
             cands = [j for j in range(k) if pos[j] == head_pos[p]]
-            h = int(rng.choice(cands)) if cands and rng.random() < 0.85 else int(rng.integers(k))
+            h = cands[-1] if cands and rng.random() < 0.85 else int(rng.integers(k))  # the latest one
             to_left = side[p] if rng.random() < 0.9 else not side[p]
             (left if to_left else right)[h].append(k)
             pos.append(p)
@@ -199,7 +198,7 @@ class Model:
                     wrong = max(bad, key=lambda t: s[t])
                     if s[wrong] + 1.0 > s[good]:
                         losses.append(dy.pick(e, wrong) - dy.pick(e, good) + 1.0)
-            cfg.apply(good if (train and EXPLORE == 0) else best)
+            cfg.apply(best)                      # dynamic: follow the model's own choice
         return cfg.heads, losses
 
     def loss(self, dy, inst):
