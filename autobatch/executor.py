@@ -49,7 +49,7 @@ class Executor:
         if top + n > self.buf.shape[0]:
             new = memory.take(self.xp, self.buf.dtype, max(2 * self.buf.shape[0], top + n))
             new[:top] = self.buf[:top]
-            memory.give(self.buf)
+            # the old buffer is not given back to the pool: batch records still hold views of it
             self.buf = new
 
     def _alloc(self, n):

@@ -79,6 +79,17 @@ def _ranges(ptr, flat, nodes):
     return flat[np.repeat(a - np.cumsum(lens) + lens, lens) + np.arange(total)]
 
 
+def _sorted_set(a):
+    """np.unique for small int arrays without its per-call overhead."""
+    if len(a) < 2:
+        return a
+    a = np.sort(a)
+    keep = np.empty(len(a), dtype=bool)
+    keep[0] = True
+    np.not_equal(a[1:], a[:-1], out=keep[1:])
+    return a[keep]
+
+
 def _heights(n, ptr, pptr, preds):
     """Longest path from each node to a sink of the pending subgraph: reverse Kahn,
     one vectorised step per level."""
@@ -92,9 +103,7 @@ def _heights(n, ptr, pptr, preds):
         if len(p) == 0:
             break
         np.subtract.at(out, p, 1)
-        frontier = p[out[p] == 0]
-        if len(frontier) > 1:
-            frontier = np.unique(frontier)
+        frontier = _sorted_set(p[out[p] == 0])
         out[frontier] = -1
         h += 1
     return height
@@ -187,10 +196,8 @@ def _agenda(lo, hi, sigs, depths, args, heavy_of_sig, average_only=False):
         if len(nxt) == 0:
             continue
         np.subtract.at(waits, nxt, 1)
-        fresh = nxt[waits[nxt] == 0]
+        fresh = _sorted_set(nxt[waits[nxt] == 0])   # a node fed twice by this batch appears twice
         if len(fresh):
-            if len(fresh) > 1:
-                fresh = np.unique(fresh)     # a node fed twice by this batch appears twice
             waits[fresh] = -1                # never queue it again
             add_ready(fresh)
     return out
