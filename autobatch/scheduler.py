@@ -136,6 +136,8 @@ def _agenda(lo, hi, sigs, depths, args, heavy_of_sig, average_only=False):
     batch. ``average_only=True`` gives DyNet's rule.
 
     Vectorised per batch: the Python loop runs once per batch, not per node or edge."""
+    if hi - lo <= _SMALL and not average_only:
+        return _agenda_small(lo, hi, sigs, depths, args, heavy_of_sig)
     sig_all = np.array(sigs[lo:hi], dtype=np.int64)
     pend = np.flatnonzero(sig_all >= 0)
     if len(pend) == 0:
@@ -200,4 +202,74 @@ def _agenda(lo, hi, sigs, depths, args, heavy_of_sig, average_only=False):
         if len(fresh):
             waits[fresh] = -1                # never queue it again
             add_ready(fresh)
+    return out
+
+
+_SMALL = 256   # below this many nodes NumPy's per-call overhead outweighs vectorising
+
+
+def _agenda_small(lo, hi, sigs, depths, args, heavy_of_sig):
+    """The same agenda and levels as _agenda, in plain Python: small forwards (one
+    sentence at a time, batched_map rounds) must not pay milliseconds of NumPy calls."""
+    pend = [i for i in range(lo, hi) if sigs[i] >= 0]
+    if not pend:
+        return []
+    succ: dict = {}
+    waits: dict = {}
+    for i in pend:
+        n = 0
+        for a in args[i]:
+            if a >= lo and sigs[a] >= 0:
+                n += 1
+                succ.setdefault(a, []).append(i)
+        waits[i] = n
+    height = {}
+    for i in reversed(pend):
+        height[i] = max([height[j] + 1 for j in succ.get(i, ())], default=0)
+    top = max(height.values())
+    base = min(depths[i] for i in pend)
+    by_sig: dict = {}
+    for i in pend:
+        by_sig.setdefault(sigs[i], []).append(i)
+    level, rank = {}, {}
+    for s, nodes in by_sig.items():
+        asap = {depths[i] - base for i in nodes}
+        alap = {top - height[i] for i in nodes}
+        late = len(alap) < len(asap)
+        for i in nodes:
+            level[i] = top - height[i] if late else depths[i] - base
+        rank[s] = (heavy_of_sig(s), sum(depths[i] for i in nodes) / len(nodes), s)
+    ready: dict = {}
+    low: dict = {}
+    heap: list = []
+
+    def push(i):
+        s, d = sigs[i], level[i]
+        r = ready.get(s)
+        if r is None:
+            ready[s] = [i]
+        else:
+            r.append(i)
+            if d >= low[s]:
+                return
+        low[s] = d
+        heapq.heappush(heap, (d,) + rank[s])
+
+    for i in pend:
+        if waits[i] == 0:
+            push(i)
+    out = []
+    while heap:
+        entry = heapq.heappop(heap)
+        s = entry[-1]
+        if s not in ready or low[s] != entry[0]:
+            continue
+        batch = sorted(ready.pop(s))
+        out.append(batch)
+        for i in batch:
+            for j in succ.get(i, ()):
+                w = waits[j] - 1
+                waits[j] = w
+                if w == 0:
+                    push(j)
     return out

@@ -13,7 +13,7 @@ import time
 from bench import report, runner, tasks
 from bench.frameworks import AUTOBATCH_STRATEGIES, BACKENDS, DYNET_MODES, INSTALL_HINT, available
 
-QUICK = dict(n=32, repeats=1, warmup="batch")  # one minibatch of warm-up, one timed pass
+QUICK = dict(n=16, repeats=1, warmup="batch")  # one minibatch of warm-up, one timed pass
 
 
 def parse(argv):
@@ -28,7 +28,7 @@ def parse(argv):
                          "and always agenda (the reference column)")
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--n", type=int, default=None, help="training instances per pass (default 512; --quick 32)")
+    ap.add_argument("--n", type=int, default=None, help="training instances per pass (default 512; --quick 16)")
     ap.add_argument("--repeats", type=int, default=None, help="timed passes, median kept (default 3; --quick 1)")
     ap.add_argument("--trainer", default="adam", choices=("adam", "sgd"))
     ap.add_argument("--data", default=None, help="real data: a file, or a directory laid out like ../shared/data")

@@ -22,7 +22,7 @@ from bench import tasks
 
 DEFAULTS = dict(task="treelstm", framework="autobatch", strategy="agenda", backend="numpy", hidden=256,
                 batch_size=64, n=512, repeats=3, seed=0, data=None, warmup="pass", trainer="adam",
-                label=None, dynet_mem=2048)
+                label=None, dynet_mem=1024)
 STAT_KEYS = ("nodes", "forward_batches", "backward_batches", "copies_done", "copies_skipped",
              "build_s", "schedule_s", "forward_s", "backward_s")
 PHASES = ("build_s", "schedule_s", "forward_s", "backward_s", "update_s")
@@ -89,6 +89,7 @@ def _backend_of(fw):
 class DyLoop:
     def __init__(self, fw, model, trainer):
         self.fw, self.model, self.trainer = fw, model, trainer
+        self.batch_loss = None
         # wait for queued GPU work before reading each phase's clock (a no-op on NumPy);
         # forward needs none: loss.value() copies to the host
         self.sync = getattr(_backend_of(fw), "synchronize", None) or (lambda: None)
@@ -100,7 +101,10 @@ class DyLoop:
         t1 = time.perf_counter()
         s0 = fw.stats()  # outside the timed phases
         t2 = time.perf_counter()
-        loss = dy.esum([self.model.loss(dy, x) for x in batch])
+        if self.batch_loss is not None:   # --strategy vertex: one call of F per minibatch
+            loss = self.batch_loss(dy, batch)
+        else:
+            loss = dy.esum([self.model.loss(dy, x) for x in batch])
         t3 = time.perf_counter()
         value = loss.value()
         t4 = time.perf_counter()
@@ -186,6 +190,11 @@ def measure(cfg, progress_label=None):
         loop = DyLoop(fw, model, fw.trainer(pc, cfg["trainer"]))
     bs = cfg["batch_size"]
     batches = [data[i:i + bs] for i in range(0, len(data), bs)]
+    check = None
+    if fwk == "autobatch" and cfg["strategy"] == "vertex":
+        from bench import vertex_tasks
+        check = vertex_tasks.check_vs_lazy(fw.dy, cfg["task"], model, pc, meta, batches[0])
+        loop.batch_loss = vertex_tasks.get(cfg["task"])(fw.dy, model, meta).batch_loss
     warm = batches if cfg["warmup"] == "pass" else batches[:1]
 
     label = progress_label or cfg["label"] or "%s %s" % (cfg["task"], fwk if fwk == "torch" else fwk + "/" + cfg["strategy"])
@@ -211,6 +220,8 @@ def measure(cfg, progress_label=None):
         peak_rss_mb=maxrss_mb(),
     )
     rec["rss_delta_mb"] = rec["peak_rss_mb"] - base_rss
+    if check is not None:   # max relative difference of loss and gradients, vertex vs agenda
+        rec["check_vs_lazy"] = check
     be = _backend_of(fw) if fwk != "torch" else None
     if be is not None and hasattr(be, "peak_bytes"):   # CuPy: device memory held by its pool
         rec["gpu_peak_mb"] = be.peak_bytes() / 2 ** 20
@@ -250,7 +261,12 @@ def run_isolated(cfg, progress_label=None, timeout=None):
         return {**DEFAULTS, **cfg, "error": "timed out after %ss" % timeout}
     for line in reversed(p.stdout.splitlines()):
         if line.startswith(MARK):
-            return json.loads(line[len(MARK):])
+            rec = json.loads(line[len(MARK):])
+            # DyNet cannot grow its pool while autobatching: retry with a bigger preallocation
+            mem = rec.get("dynet_mem", DEFAULTS["dynet_mem"])
+            if "dynamic increasing of memory pool" in rec.get("error", "") and mem < 8192:
+                return run_isolated(dict(cfg, dynet_mem=2 * mem), progress_label, timeout)
+            return rec
     return {**DEFAULTS, **cfg, "error": "subprocess exited %d without a record" % p.returncode}
 
 

@@ -44,6 +44,27 @@ def _take_into(xp, src, idx, out):
         out[...] = src[idx]
 
 
+def _unique_rows(xp, rows, vals):
+    """A RowGrad with each row once (duplicates summed by one sort and one segmented sum): a
+    call looks up the same frequent words thousands of times, and an unbuffered indexed add
+    over every lookup costs more than the rest of the lookup's backward."""
+    from ..ops import RowGrad
+    if rows.shape[0] < 2:
+        return RowGrad(rows, vals)
+    order = xp.argsort(rows, kind="stable")
+    r = rows[order]
+    starts = xp.flatnonzero(xp.concatenate((xp.ones(1, dtype=bool), r[1:] != r[:-1])))
+    if starts.shape[0] == r.shape[0]:
+        return RowGrad(rows, vals)
+    if hasattr(xp.add, "reduceat"):
+        sums = xp.add.reduceat(vals[order], starts, axis=0)
+    else:                                   # CuPy: no reduceat; segment ids and one scatter-add
+        seg = xp.cumsum(xp.concatenate((xp.zeros(1, dtype=xp.int64), (r[1:] != r[:-1]).astype(xp.int64))))
+        sums = xp.zeros((starts.shape[0],) + vals.shape[1:], dtype=vals.dtype)
+        _add_at(xp, sums, seg, vals[order])
+    return RowGrad(r[starts], sums)
+
+
 def _add_at(xp, a, idx, v):
     if hasattr(xp.add, "at"):
         xp.add.at(a, idx, v)
@@ -347,12 +368,10 @@ class Run:
                 for r in rows:
                     _add_at(xp, d, xp.asarray(r.rows), r.vals.reshape((-1,) + p.value.shape[1:]))
                 out.append(d)
-            elif len(rows) == 1:
-                out.append(rows[0])
             else:
-                from ..ops import RowGrad
-                out.append(RowGrad(xp.concatenate([xp.asarray(r.rows).reshape(-1) for r in rows]),
-                                   xp.concatenate([r.vals.reshape((-1,) + p.value.shape[1:]) for r in rows])))
+                r = xp.concatenate([xp.asarray(r.rows).reshape(-1) for r in rows])
+                v = xp.concatenate([r.vals.reshape((-1,) + p.value.shape[1:]) for r in rows])
+                out.append(_unique_rows(xp, r, v))
         return out
 
     def _pull_grads(self, xp, xs):

@@ -146,6 +146,7 @@ class VertexFunction:
         self.name = name or getattr(f, "__name__", "F")
         self.max_children = int(max_children)
         self._declared = None if scatter_dims is None else [_dims(d) for d in scatter_dims]
+        self.n_traced = 0                   # traces made so far (all kinds, all calls)
         self.clear()
         self._runs: list = []               # (graph, run) whose arenas may come back
         self._free: list = []               # arenas of runs whose graph was renewed
@@ -155,7 +156,6 @@ class VertexFunction:
         self.traces: dict = {}
         self.scatter_shapes = None if self._declared is None else list(self._declared)
         self.reads = None
-        self.n_traced = 0
 
     # ------------------------------------------------------------------ memory
     def _arena(self, xp, dtype, n):
@@ -264,7 +264,7 @@ class VertexFunction:
                     bad = int(ids[(ids < 0) | (ids >= bound)][0])
                     raise GraphError(f"{self.name}: {name}={bad} out of range: F uses {name} as an index "
                                      f"below {bound} [at {user_line()}]")
-        plan = Plan(graphs, kind_of, len(traces))
+        plan = Plan(graphs, kind_of, len(traces), self.max_children)
         return self._node(g, traces, plan, pulls, N)
 
     def unbatched(self, graphs, kind=None, **inputs) -> dict:

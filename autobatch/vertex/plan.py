@@ -21,11 +21,11 @@ class KindRows:
 
 
 class Plan:
-    def __init__(self, graphs, kind_of, n_kinds):
+    def __init__(self, graphs, kind_of, n_kinds, max_children=1):
         """graphs: InputGraphs; kind_of: (N,) kind id per vertex in input order."""
         sizes = [g.n for g in graphs]
         N = int(sum(sizes))
-        A = max(g.child.shape[1] for g in graphs)
+        A = max([max_children, 1] + [g.child.shape[1] for g in graphs])   # gather(k) may exceed every arity
         offs = np.zeros(len(graphs) + 1, dtype=np.int64)
         np.cumsum(sizes, out=offs[1:])
         child = np.full((N, A), -1, dtype=np.int64)

@@ -109,6 +109,11 @@ class TraceGraph:
 
     forward_to = backward_from = value_of
 
+    @property
+    def backend(self):                    # Expression.npvalue() reaches value_of through it
+        raise GraphError(f"inside vertex function {self.name}: a symbol has no value while F is traced; "
+                         f"push it and read the output instead [at {user_line()}]")
+
     def describe(self, i):
         return f"symbol {i} of vertex function {self.name} (shape {self.shapes[i]})"
 

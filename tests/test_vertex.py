@@ -1,0 +1,375 @@
+"""The vertex-function front end: equivalence with the lazy graph (values and gradients),
+InputGraph validation, error messages, trace reuse, and the engine's optimisations."""
+import numpy as np
+import pytest
+
+import autobatch as dy
+from autobatch.vertex import fuse, lazygrad
+
+from conftest import to_np
+
+
+def _params(pc):
+    return list(pc.parameters_list()) + list(pc.lookup_parameters_list())
+
+
+def _run(pc, build, strategy="agenda"):
+    """(loss value, [grad per parameter]) of build() in a fresh graph."""
+    for p in _params(pc):
+        p.zero_grad()
+    dy.renew_cg(autobatching=strategy)
+    loss = build()
+    v = loss.scalar_value()
+    loss.backward()
+    return v, [to_np(p.grad).copy() for p in _params(pc)]
+
+
+def _close(a, b, tol=1e-9):
+    va, ga = a
+    vb, gb = b
+    np.testing.assert_allclose(va, vb, rtol=tol, atol=tol)
+    for x, y in zip(ga, gb):
+        np.testing.assert_allclose(x, y, rtol=tol, atol=tol)
+
+
+def _sum_pushed(lazy_out, name):
+    return dy.esum([dy.sum_elems(x) for x in lazy_out[name] if x is not None])
+
+
+# ---------------------------------------------------------------- models
+class TreeLSTM:
+    """The bench's DyNet-style Tree-LSTM: separate leaf and internal cells."""
+
+    def __init__(self, H=4, V=7, L=3):
+        self.pc = pc = dy.ParameterCollection()
+        self.E = pc.add_lookup_parameters((V, H))
+        self.W = [pc.add_parameters((H, H)) for _ in "iou"]
+        self.U = [pc.add_parameters((H, 2 * H)) for _ in "iou"]
+        self.Uf = [pc.add_parameters((H, H)) for _ in "lr"]
+        self.b = [pc.add_parameters(H) for _ in "iouf"]
+        self.Wout, self.bout = pc.add_parameters((L, H)), pc.add_parameters(L)
+
+        @dy.vertex_function(max_children=2)
+        def cell(v):
+            (Wi, Wo, Wu), (Ui, Uo, Uu), (Ufl, Ufr), (bi, bo, bu, bf) = self.W, self.U, self.Uf, self.b
+            if v.is_leaf:
+                x = self.E[v.pull("word")]
+                i = dy.logistic(dy.affine_transform([bi, Wi, x]))
+                o = dy.logistic(dy.affine_transform([bo, Wo, x]))
+                u = dy.tanh(dy.affine_transform([bu, Wu, x]))
+                c = dy.cmult(i, u)
+            else:
+                (hl, cl), (hr, cr) = v.gather(0), v.gather(1)
+                x = dy.concatenate([hl, hr])
+                i = dy.logistic(dy.affine_transform([bi, Ui, x]))
+                o = dy.logistic(dy.affine_transform([bo, Uo, x]))
+                u = dy.tanh(dy.affine_transform([bu, Uu, x]))
+                fl = dy.logistic(dy.affine_transform([bf, Ufl, hl]))
+                fr = dy.logistic(dy.affine_transform([bf, Ufr, hr]))
+                c = dy.esum([dy.cmult(i, u), dy.cmult(fl, cl), dy.cmult(fr, cr)])
+            h = dy.cmult(o, dy.tanh(c))
+            v.scatter(h, c)
+            v.push("h", h)
+            v.push("loss", dy.pickneglogsoftmax(dy.affine_transform([self.bout, self.Wout, h]), v.pull("label")))
+
+        self.cell = cell
+
+
+def _random_tree(rng, n_leaves):
+    """Child lists of a random binary tree, vertices in a shuffled (non-topological) order."""
+    nodes = [[] for _ in range(n_leaves)]
+    pool = list(range(n_leaves))
+    while len(pool) > 1:
+        a, b = rng.choice(len(pool), 2, replace=False)
+        nodes.append([pool[a], pool[b]])
+        pool = [p for k, p in enumerate(pool) if k not in (a, b)] + [len(nodes) - 1]
+    perm = rng.permutation(len(nodes))
+    inv = np.argsort(perm)
+    return [[int(inv[c]) for c in nodes[perm[v]]] for v in range(len(nodes))]
+
+
+def _tree_batch(rng, k=4):
+    gs = [dy.InputGraph(_random_tree(rng, int(rng.integers(1, 7)))) for _ in range(k)]
+    words = [rng.integers(0, 7, g.n) for g in gs]
+    labels = [rng.integers(0, 3, g.n) for g in gs]
+    return gs, words, labels
+
+
+# ---------------------------------------------------------------- equivalence
+@pytest.mark.parametrize("strategy", ["none", "agenda"])
+def test_treelstm_matches_lazy(f64, strategy, backend):
+    m = TreeLSTM()
+    gs, words, labels = _tree_batch(np.random.default_rng(0))
+    lazy = _run(m.pc, lambda: _sum_pushed(m.cell.unbatched(gs, word=words, label=labels), "loss"), strategy)
+    vert = _run(m.pc, lambda: dy.sum_elems(m.cell(gs, word=words, label=labels)["loss"]), strategy)
+    _close(lazy, vert)
+    assert m.cell.n_traced == 2                      # leaf and internal
+
+
+def test_pushed_values_per_vertex(f64):
+    m = TreeLSTM()
+    gs, words, labels = _tree_batch(np.random.default_rng(1))
+    dy.renew_cg()
+    ref = m.cell.unbatched(gs, word=words, label=labels)["h"]
+    out = m.cell(gs, word=words, label=labels)
+    got = out["h"].npvalue()
+    assert got.shape == (sum(g.n for g in gs), 4)
+    np.testing.assert_allclose(got, np.stack([r.npvalue() for r in ref]), rtol=1e-12)
+    np.testing.assert_allclose(out.vertex("h", 1, 0).npvalue(), got[gs[0].n])
+    assert out.graph("h", 1).dim()[0] == (gs[1].n, 4)
+
+
+def test_trace_reused_and_renewed_on_shape_change(f64):
+    m = TreeLSTM()
+    rng = np.random.default_rng(2)
+    for _ in range(3):
+        gs, words, labels = _tree_batch(rng)
+        dy.renew_cg()
+        dy.sum_elems(m.cell(gs, word=words, label=labels)["loss"]).value()
+    assert m.cell.n_traced == 2
+    m.Wout.value = np.zeros((5, 4))                 # a parameter changed shape: trace again
+    m.Wout.grad = np.zeros((5, 4))
+    m.bout.value = np.zeros(5)
+    m.bout.grad = np.zeros(5)
+    dy.renew_cg()
+    dy.sum_elems(m.cell(gs, word=words, label=labels)["loss"]).value()
+    assert m.cell.n_traced == 4
+
+
+def test_missing_children_gather_zeros_and_lazy_mix(f64):
+    """One trace for every arity (F never looks at it): children beyond a vertex's arity
+    gather zeros. Pulls come from lazy-graph Expressions, pushes go on in the lazy graph."""
+    pc = dy.ParameterCollection()
+    A, B, b, Wx = pc.add_parameters((3, 3)), pc.add_parameters((3, 3)), pc.add_parameters(3), pc.add_parameters((3, 2))
+    R = pc.add_parameters((2, 3))
+
+    @dy.vertex_function(max_children=3, scatter_dims=[3])
+    def f(v):
+        x = v.pull("x")
+        h = dy.tanh(A * v.gather(0) + B * dy.esum([v.gather(1), v.gather(2)]) + b + x)
+        v.scatter(h)
+        v.push("h", dy.cmult(h, h))
+
+    rng = np.random.default_rng(3)
+    gs = [dy.InputGraph.from_parents([3, 3, 3, -1]), dy.InputGraph([[], [0], [1, 0]]), dy.InputGraph.chain(4)]
+    feats = [rng.normal(size=(g.n, 2)) for g in gs]
+
+    def build(fn):
+        xs = [[Wx * dy.inputVector(r) for r in fx] for fx in feats]   # lazy Expressions, one per vertex
+        hs = fn(gs, x=xs)
+        return hs
+
+    lazy = _run(pc, lambda: dy.esum([dy.sum_elems(R * h) for h in build(f.unbatched)["h"]]))
+    vert = _run(pc, lambda: dy.sum_elems(R * dy.transpose(build(f)["h"])))
+    _close(lazy, vert)
+    assert f.n_traced == 1
+
+
+def test_kind_branching_and_float_pulls(f64):
+    pc = dy.ParameterCollection()
+    W, U = pc.add_parameters((2, 2)), pc.add_parameters((2, 2))
+
+    @dy.vertex_function(max_children=1)
+    def f(v):
+        x = v.pull("x")
+        h = W * x if v.is_leaf else U * v.gather(0) + x
+        v.scatter(h)
+        if v.kind == 1:
+            v.push("y", dy.sum_elems(dy.square(h)))
+
+    gs = [dy.InputGraph.chain(3), dy.InputGraph.chain(1)]
+    x = np.arange(8.0).reshape(4, 2) / 7
+    kind = [0, 0, 1, 1]
+    lazy = _run(pc, lambda: _sum_pushed(f.unbatched(gs, kind=kind, x=x), "y"))
+    vert = _run(pc, lambda: dy.sum_elems(f(gs, kind=kind, x=x)["y"]))
+    _close(lazy, vert)
+
+
+def test_shared_children_dag(f64):
+    pc = dy.ParameterCollection()
+    W = pc.add_parameters((2, 2))
+
+    @dy.vertex_function(max_children=2)
+    def f(v):
+        h = dy.tanh(v.pull("x")) if v.is_leaf else dy.tanh(W * dy.cmult(v.gather(0), v.gather(1)))
+        v.scatter(h)
+        v.push("y", dy.sum_elems(h))
+
+    g = dy.InputGraph([[], [0, 0], [1, 0], [2, 1]])    # vertex 0 has three parents
+    x = np.array([[0.3, -0.2], [0, 0], [0, 0], [0, 0]])
+    _close(_run(pc, lambda: _sum_pushed(f.unbatched([g], x=x), "y")),
+           _run(pc, lambda: dy.sum_elems(f([g], x=x)["y"])))
+
+
+@pytest.mark.parametrize("opt", ["fuse", "lazygrad"])
+def test_optimisations_do_not_change_results(f64, opt):
+    m = TreeLSTM()
+    gs, words, labels = _tree_batch(np.random.default_rng(4))
+
+    def build():
+        return dy.sum_elems(m.cell(gs, word=words, label=labels)["loss"])
+    on = _run(m.pc, build)
+    mod = fuse if opt == "fuse" else lazygrad
+    mod.ENABLED = False
+    try:
+        off = _run(m.pc, build)
+    finally:
+        mod.ENABLED = True
+    _close(on, off, 1e-12)
+
+
+def test_float32_close_to_lazy():
+    m = TreeLSTM(H=8)
+    gs, words, labels = _tree_batch(np.random.default_rng(5), k=6)
+    _close(_run(m.pc, lambda: _sum_pushed(m.cell.unbatched(gs, word=words, label=labels), "loss")),
+           _run(m.pc, lambda: dy.sum_elems(m.cell(gs, word=words, label=labels)["loss"])), 1e-4)
+
+
+def test_frontier_batching_stats():
+    m = TreeLSTM()
+    gs = [dy.InputGraph(_random_tree(np.random.default_rng(k), 5)) for k in range(8)]
+    words = [np.zeros(g.n, dtype=int) for g in gs]
+    dy.renew_cg()
+    dy.sum_elems(m.cell(gs, word=words, label=words)["loss"]).value()
+    st = m.cell.last_run.stats
+    depth = max(int(g.level.max()) for g in gs) + 1
+    assert st["vertices"] == sum(g.n for g in gs)
+    assert st["frontiers"] <= 2 * depth               # one per (level, kind), all graphs together
+
+
+# ---------------------------------------------------------------- InputGraph
+def test_input_graph_levels_and_parents():
+    g = dy.InputGraph([[1, 2], [], [3], []])
+    assert g.level.tolist() == [2, 0, 1, 0]
+    assert g.children(0) == [1, 2]
+    p = dy.InputGraph.from_parents([-1, 0, 0, 2])
+    assert p.children(0) == [1, 2] and p.children(2) == [3]
+    assert dy.InputGraph.chain(4).level.tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("kids, msg", [
+    ([[1], [0]], "cycle"),
+    ([[1], [2], [0]], "cycle"),
+    ([[0]], "own child"),
+    ([[], [5]], "out of range"),
+    ([[], [-1]], "out of range"),
+    ([[], [1.5]], "not an integer"),
+    ([], "at least one vertex"),
+])
+def test_input_graph_errors(kids, msg):
+    with pytest.raises(dy.GraphError, match=msg):
+        dy.InputGraph(kids)
+
+
+def test_from_parents_errors():
+    with pytest.raises(dy.GraphError, match="out of range"):
+        dy.InputGraph.from_parents([-1, 7])
+    with pytest.raises(dy.GraphError, match="cycle"):
+        dy.InputGraph.from_parents([1, 0])
+
+
+# ---------------------------------------------------------------- errors
+def _leafy():
+    pc = dy.ParameterCollection()
+    E = pc.add_lookup_parameters((5, 2))
+
+    @dy.vertex_function(max_children=1)
+    def f(v):
+        h = E[v.pull("w")] if v.is_leaf else dy.tanh(v.gather(0))
+        v.scatter(h)
+        v.push("h", h)
+    return f
+
+
+def test_arity_above_max_children():
+    with pytest.raises(dy.GraphError, match="more than max_children=1"):
+        _leafy()([dy.InputGraph([[], [], [0, 1]])], w=[0, 0, 0])
+
+
+def test_missing_and_bad_inputs():
+    f = _leafy()
+    g = dy.InputGraph.chain(3)
+    with pytest.raises(dy.GraphError, match=r"v.pull\('w'\) but the call passed no w"):
+        f([g], x=[0, 1, 2])
+    with pytest.raises(dy.GraphError, match="2 values for 3 vertices"):
+        f([g], w=[0, 1])
+    with pytest.raises(dy.GraphError, match="w=9 out of range"):
+        f([g], w=[9, 0, 0])
+    with pytest.raises(dy.GraphError, match="not a dy.InputGraph"):
+        f([[[], [0]]], w=[0, 0])
+
+
+def test_gather_shapes_unknown():
+    @dy.vertex_function(max_children=1)
+    def f(v):
+        h = dy.tanh(v.gather(0))
+        v.scatter(h)
+        v.push("h", h)
+    with pytest.raises(dy.GraphError, match="scatter_dims"):
+        f([dy.InputGraph.chain(2)])
+
+
+def test_scatter_shape_mismatch_and_no_push():
+    pc = dy.ParameterCollection()
+    W = pc.add_parameters((3, 2))
+
+    @dy.vertex_function(max_children=1)
+    def f(v):
+        h = v.pull("x") if v.is_leaf else W * v.gather(0)
+        v.scatter(h)
+        v.push("h", h)
+    with pytest.raises(dy.GraphError, match="same shapes"):
+        f([dy.InputGraph.chain(2)], x=np.ones((2, 2)))
+
+    @dy.vertex_function(max_children=0)
+    def g(v):
+        v.pull("x")
+    with pytest.raises(dy.GraphError, match="pushes nothing"):
+        g([dy.InputGraph([[]])], x=np.ones((1, 2)))
+
+
+def test_lazy_expression_used_directly_inside_f():
+    dy.renew_cg()
+    outside = dy.inputVector([1.0, 2.0])
+
+    @dy.vertex_function(max_children=0)
+    def f(v):
+        v.push("y", dy.tanh(outside))
+    with pytest.raises(dy.GraphError, match="pull"):
+        f([dy.InputGraph([[]])])
+
+
+def test_symbol_has_no_value_inside_f():
+    @dy.vertex_function(max_children=0)
+    def f(v):
+        v.pull("x").value()
+    with pytest.raises(dy.GraphError, match="no value while F is traced"):
+        f([dy.InputGraph([[]])], x=np.ones((1, 2)))
+
+
+def test_shape_errors_name_the_op():
+    pc = dy.ParameterCollection()
+    W = pc.add_parameters((3, 5))
+
+    @dy.vertex_function(max_children=0)
+    def f(v):
+        v.push("y", W * v.pull("x"))
+    with pytest.raises(dy.GraphError, match="matmul"):
+        f([dy.InputGraph([[]])], x=np.ones((1, 2)))
+
+
+# ---------------------------------------------------------------- training (examples/treelstm_vertex.py)
+def test_treelstm_vertex_example_trains():
+    import importlib
+    import os
+    import sys
+    ex = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+    sys.path.insert(0, ex)
+    try:
+        mod = importlib.import_module("treelstm_vertex")
+        history, majority = mod.main(["--epochs", "3", "--n-train", "200", "--n-dev", "60", "--hidden", "16"])
+    finally:
+        sys.path.remove(ex)
+    losses = [h[0] for h in history]
+    assert losses[-1] < 0.85 * losses[0], losses
+    assert all(np.isfinite(losses))
