@@ -7,6 +7,7 @@ Knows ops only through the protocol in ops/base.py."""
 from __future__ import annotations
 
 import time
+from operator import itemgetter
 
 from . import memory
 from .errors import GraphError, NonFiniteError, user_line
@@ -52,10 +53,14 @@ class Executor:
             # the old buffer is not given back to the pool: batch records still hold views of it
             self.buf = new
 
-    def _alloc(self, n):
+    def _alloc(self, n, align=1):
+        """n elements at an offset that is a multiple of `align` (the row size of the
+        batch), so that later gathers of its rows can move whole rows."""
         top = self.top
+        if align > 1:
+            top += -top % align
         if top + n > self.buf.shape[0]:
-            self._reserve(n)
+            self._reserve(top + n - self.top)
         self.top = top + n
         return top
 
@@ -78,7 +83,8 @@ class Executor:
         self._grow_offs(hi)
         plan = schedule(g.strategy, lo, hi, g.sigs, g.depths, g.args, g.heavy_of_sig)
         sizes = g.sizes
-        self._reserve(sum(sizes[lo:hi]) - sum([sizes[n] for n in g.ext if lo <= n < hi]))
+        pad = sum([sizes[ids[0]] for ids in plan])          # row alignment of each batch
+        self._reserve(sum(sizes[lo:hi]) - sum([sizes[n] for n in g.ext if lo <= n < hi]) + pad)
         t1 = time.perf_counter()
         nb0, top0 = len(self.batches), self.top
         try:
@@ -113,8 +119,7 @@ class Executor:
 
     def _gather(self, srcs, shape, sizes_flat):
         """Stacked input from the nodes srcs: returns (array, scatter info)."""
-        offs = self.offs
-        o = [offs[a] for a in srcs]
+        o = list(itemgetter(*srcs)(self.offs)) if len(srcs) > 1 else [self.offs[srcs[0]]]
         st = self.g.stats
         if sizes_flat is not None:           # elementwise batch of mixed sizes
             xp = self.xp
@@ -161,23 +166,24 @@ class Executor:
         # one node with many same-shape inputs (the esum of all losses): one gather
         wide = B == 1 and len(a0) > 4 and not shared and self._wide(a0, xs, ins)
         if not wide:
-            args = g.args
+            # input j of every node of the batch, transposed at C speed
+            cols = (a0,) if B == 1 else tuple(zip(*itemgetter(*ids)(g.args)))
             for j, a in enumerate(a0):
                 if j in shared:
                     xs.append(self.value(a))
                     ins.append(None)
                 else:
-                    srcs = [a] if B == 1 else [args[i][j] for i in ids]
+                    srcs = [a] if B == 1 else list(cols[j])
                     x, info = self._gather(srcs, g.shapes[a], sizes_flat)
                     xs.append(x)
                     ins.append(info)
-        data = [g.datas[i] for i in ids] if op.has_data else None
+        data = (list(itemgetter(*ids)(g.datas)) if B > 1 else [g.datas[i0]]) if op.has_data else None
         attr = g.attrs[i0]
         y = op.forward(self.xp, xs, attr, data)
         if y.dtype != self.buf.dtype:
             y = y.astype(self.buf.dtype)
         n = y.size
-        off = self._alloc(n)
+        off = self._alloc(n, n // B if sizes_flat is None else 1)
         view = self.buf[off:off + n]
         view[...] = y.reshape(-1)
         offs = self.offs

@@ -77,6 +77,7 @@ class ComputationGraph:
         self.needs: list = []
         self.ext: dict = {}         # node -> Parameter (its value lives outside the arena)
         self.pnode: dict = {}       # (id(param), update) -> node
+        self._pfast: dict = {}      # param -> node, for update=True
         self._sigtab: dict = {}     # per-graph signature interning (shared node ids are per graph)
         self.sig_op: list = []      # signature -> op (tie-breaks, stats)
         self.stats = Stats()
@@ -118,11 +119,28 @@ class ComputationGraph:
         shapes = self.shapes
         depths = self.depths
         needs = self.needs
-        if len(args) == 1:
+        na = len(args)
+        if na == 1:
             a = args[0]
             ins = (shapes[a],)
             d = depths[a]
             need = needs[a]
+        elif na == 2:              # unrolled: list comprehensions cost a frame each
+            a, b = args
+            ins = (shapes[a], shapes[b])
+            d = depths[a]
+            if depths[b] > d:
+                d = depths[b]
+            need = needs[a] or needs[b]
+        elif na == 3:              # affine_transform([b, W, x])
+            a, b, c = args
+            ins = (shapes[a], shapes[b], shapes[c])
+            d = depths[a]
+            if depths[b] > d:
+                d = depths[b]
+            if depths[c] > d:
+                d = depths[c]
+            need = needs[a] or needs[b] or needs[c]
         else:
             ins = tuple([shapes[a] for a in args])
             d = 0
@@ -137,7 +155,13 @@ class ComputationGraph:
         if base is None:            # not batchable: a signature of its own, whatever its inputs
             key = ("alone", len(self.ops))
         elif r[3]:
-            key = (base,) + tuple([args[j] for j in r[3]])
+            sh = r[3]
+            if len(sh) == 1:
+                key = (base, args[sh[0]])
+            elif len(sh) == 2:
+                key = (base, args[sh[0]], args[sh[1]])
+            else:
+                key = (base,) + tuple([args[j] for j in sh])
         else:
             key = base
         sig = self._sigtab.get(key)
@@ -161,6 +185,11 @@ class ComputationGraph:
 
     def pid(self, p, update: bool = True) -> int:
         """Node id of parameter p in this graph (created on first use)."""
+        if update is True:
+            n = self._pfast.get(p)          # keyed by the object: no key tuple to build
+            if n is None:
+                n = self._pfast[p] = self.param_expr(p, True).i
+            return n
         n = self.pnode.get((id(p), update))
         return n if n is not None else self.param_expr(p, update).i
 

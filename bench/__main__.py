@@ -33,6 +33,9 @@ def parse(argv):
     ap.add_argument("--trainer", default="adam", choices=("adam", "sgd"))
     ap.add_argument("--data", default=None, help="real data: a file, or a directory laid out like ../shared/data")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="BLAS/OpenMP/torch threads per run (default 1: DyNet's CPU build is single-threaded, "
+                         "so every framework gets one core; 0 = each library's default)")
     ap.add_argument("--timeout", type=float, default=None, help="seconds allowed per measurement")
     ap.add_argument("--json", default=None, metavar="FILE")
     ap.add_argument("--plot", default=None, metavar="FILE.png")
@@ -81,11 +84,11 @@ def main(argv=None):
     for line in notes:
         print(line)
     base = dict(backend=args.backend, hidden=args.hidden, batch_size=args.batch_size, trainer=args.trainer,
-                data=args.data, seed=args.seed, n=512, repeats=3, warmup="pass")
+                data=args.data, seed=args.seed, threads=args.threads, n=512, repeats=3, warmup="pass")
     if args.quick:
         base.update(QUICK)
     base.update({k: v for k, v in (("n", args.n), ("repeats", args.repeats)) if v is not None})
-    machine = report.machine()
+    machine = report.machine() + ", threads per run: %s" % (args.threads or "library default")
     print("machine: " + machine)
     if args.data:
         print("data: %s (synthetic where the task has no real data there)" % args.data)

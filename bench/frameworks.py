@@ -37,7 +37,6 @@ class DyFramework:
         if kind == "autobatch":
             if strategy not in AUTOBATCH_STRATEGIES:
                 raise ValueError("unknown autobatch strategy %r" % strategy)
-            os.environ.setdefault("AUTOBATCH_BACKEND", backend)
             import autobatch as dy
             if hasattr(dy, "set_backend"):
                 dy.set_backend(backend)

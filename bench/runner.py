@@ -22,11 +22,12 @@ from bench import tasks
 
 DEFAULTS = dict(task="treelstm", framework="autobatch", strategy="agenda", backend="numpy", hidden=256,
                 batch_size=64, n=512, repeats=3, seed=0, data=None, warmup="pass", trainer="adam",
-                label=None, dynet_mem=1024)
+                label=None, dynet_mem=1024, threads=1)
 STAT_KEYS = ("nodes", "forward_batches", "backward_batches", "copies_done", "copies_skipped",
              "build_s", "schedule_s", "forward_s", "backward_s")
 PHASES = ("build_s", "schedule_s", "forward_s", "backward_s", "update_s")
 MARK = "BENCH_RECORD "
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -176,6 +177,8 @@ def measure(cfg, progress_label=None):
     if fwk == "torch":
         import torch
         torch.manual_seed(cfg["seed"])
+        if cfg["threads"]:
+            torch.set_num_threads(cfg["threads"])
     else:
         from bench.frameworks import DyFramework
         fw = DyFramework(fwk, cfg["strategy"], cfg["backend"], seed=cfg["seed"], mem=cfg["dynet_mem"])
@@ -253,6 +256,9 @@ def run_isolated(cfg, progress_label=None, timeout=None):
     """measure() in a fresh interpreter; returns the record, or one with an "error" field."""
     env = dict(os.environ)
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    threads = cfg.get("threads", DEFAULTS["threads"])
+    if threads:  # BLAS/OpenMP pools size themselves at import, so this must be set before it
+        env.update({k: str(threads) for k in THREAD_VARS})
     arg = json.dumps({"cfg": cfg, "label": progress_label})
     try:
         p = subprocess.run([sys.executable, "-m", "bench.runner", arg], cwd=REPO, env=env, timeout=timeout,

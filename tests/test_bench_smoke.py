@@ -1,0 +1,122 @@
+"""Smoke tests of the benchmark harness (bench/): tiny runs that still check real behaviour."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from bench import data, report, runner, tasks
+from bench import __main__ as cli
+
+TINY = dict(hidden=8, batch_size=4, n=8, repeats=1, warmup="batch")
+
+
+@pytest.mark.parametrize("task", tasks.NAMES)
+def test_measure_every_task(task):
+    rec = runner.measure(dict(TINY, task=task, framework="autobatch", strategy="agenda"))
+    assert rec["instances_per_s"] > 0 and rec["total_s"] > 0
+    for k in ("build_s", "schedule_s", "forward_s", "backward_s", "update_s", "peak_rss_mb",
+              "rss_delta_mb", "nodes_per_inst", "signatures"):
+        assert rec[k] is not None, k
+    assert 0 < rec["fwd_batches_per_inst"] <= rec["nodes_per_inst"]
+    assert np.isfinite(rec["loss_warmup"]) and np.isfinite(rec["loss_last"])
+
+
+def test_batching_strategies_launch_fewer_batches():
+    """Tree-FC: every internal vertex has the same signature, so depth/agenda batch whole tree
+    levels while 'none' launches one kernel per node."""
+    b = {s: runner.measure(dict(TINY, task="treefc", framework="autobatch", strategy=s))["fwd_batches_per_inst"]
+         for s in ("none", "depth", "agenda")}
+    assert b["depth"] < b["none"] / 20 and b["agenda"] < b["none"] / 20
+
+
+def test_training_lowers_the_loss():
+    rec = runner.measure(dict(TINY, task="treelstm", framework="autobatch", strategy="depth", repeats=4, warmup="pass"))
+    assert rec["loss_last"] < rec["loss_warmup"]
+
+
+def test_cli_writes_json_and_table(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    rc = cli.main(["--task", "treefc", "--strategy", "none,agenda", "--peer", "", "--hidden", "8",
+                   "--batch-size", "4", "--n", "8", "--repeats", "1", "--json", str(out)])
+    assert rc == 0
+    recs = json.loads(out.read_text())
+    assert [r["strategy"] for r in recs] == ["none", "agenda"]
+    for r in recs:  # subprocess records carry the run's settings and the machine
+        assert r["task"] == "treefc" and r["backend"] == "numpy" and r["hidden"] == 8 and r["n"] == 8
+        assert r["instances_per_s"] > 0 and "cores" in r["machine"]
+    text = capsys.readouterr().out
+    assert "autobatch/agenda" in text and "inst/s" in text
+
+
+def test_missing_peer_is_skipped_with_install_hint(monkeypatch):
+    import bench.frameworks as fw
+    monkeypatch.setattr(cli, "available", lambda name: name == "autobatch")
+    runs, notes = cli.plan(cli.parse(["--peer", "dynet,torch"]))
+    assert all(f == "autobatch" for f, _ in runs)
+    assert any("pip install dynet38" in n for n in notes) and any("pip install torch==2.13.0" in n for n in notes)
+    assert fw.INSTALL_HINT["dynet"] == "pip install dynet38"
+
+
+def test_ratio_column_against_dynet_agenda():
+    base = dict(runner.DEFAULTS, task="treefc", build_s=0.1, schedule_s=None, forward_s=0.1, backward_s=0.1,
+                update_s=0.1, rss_delta_mb=1.0, fwd_batches_per_inst=None, bwd_batches_per_inst=None)
+    recs = [dict(base, framework="autobatch", strategy="agenda", instances_per_s=50.0),
+            dict(base, framework="dynet", strategy="agenda", instances_per_s=100.0)]
+    lines = report.table(recs).splitlines()
+    assert "0.50x" in next(l for l in lines if l.startswith("autobatch/agenda"))
+    assert "1.00x" in next(l for l in lines if l.startswith("dynet/agenda"))
+
+
+def test_plot_without_matplotlib_says_so(tmp_path):
+    msg = report.plot([], str(tmp_path / "p.png"))
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "pip install matplotlib" in msg
+
+
+# ------------------------------------------------------------------ data
+def test_synthetic_sst_statistics():
+    trees, meta = data.synthetic_sst(300, seed=1)
+    lens = [len(t.leaves()) for t in trees]
+    assert 16 < np.mean(lens) < 22 and max(lens) <= 54
+    assert 7 < np.mean([t.height() for t in trees]) < 13
+    assert {n.label for t in trees for n in t.nodes()} <= set(range(5))
+    assert all(0 < l.word < meta["n_words"] for t in trees for l in t.leaves())
+    assert data.synthetic_sst(3, seed=1)[0][0].label == data.synthetic_sst(3, seed=1)[0][0].label  # seeded
+
+
+def test_synthetic_tags_lm_treefc_statistics():
+    sents, meta = data.synthetic_tags(300, seed=1)
+    assert 20 < np.mean([len(w) for w, _ in sents]) < 28 and meta["n_tags"] == 9
+    assert sum(c < 5 for c in meta["counts"].values()) > len(meta["counts"]) / 2  # a long rare tail
+    lm, meta = data.synthetic_lm(300, seed=1)
+    assert 18 < np.mean([len(s) for s in lm]) < 24 and meta["n_words"] == 10000
+    fc, meta = data.complete_trees(5, seed=1)
+    assert all(len(w) == 256 and y in (0, 1) for w, y in fc)
+
+
+def test_real_format_loaders(tmp_path):
+    (tmp_path / "sst").mkdir()
+    (tmp_path / "sst" / "dev.txt").write_text("(3 (2 It) (4 (2 's) (4 good)))\n(1 (1 bad) (2 .))\n")
+    trees, meta = data.get("treelstm", 3, path=str(tmp_path))  # a directory laid out like shared/data
+    assert len(trees) == 3 and [len(t.leaves()) for t in trees] == [3, 2, 3]
+    assert trees[0].label == 3 and trees[0].right.label == 4 and trees[1].left.label == 1
+    tags = tmp_path / "t.txt"
+    tags.write_text("John|I-PER lives|O in|O a|x|O\n")
+    (sent,), meta = data.load_tagged(str(tags))
+    assert sent[0] == ["John", "lives", "in", "a|x"] and [meta["tags"][t] for t in sent[1]] == ["I-PER", "O", "O", "O"]
+    text = tmp_path / "lm.txt"
+    text.write_text(" the cat sat \n the dog \n")
+    sents, meta = data.load_text(str(text))
+    assert len(sents) == 2 and sents[0][0] == sents[1][0] != 0
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")),
+                    reason="../shared/data is not beside this checkout")
+def test_shared_data_loads():
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+    for task in ("treelstm", "bilstm", "rnnlm"):
+        insts, _ = data.get(task, 10, path=root)
+        assert len(insts) == 10
