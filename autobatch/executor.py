@@ -157,11 +157,9 @@ class Executor:
         sizes_flat = None
         if op.elementwise and B > 1:
             sz = g.sizes
-            s0 = sz[i0]
-            for i in ids:
-                if sz[i] != s0:
-                    sizes_flat = [sz[i] for i in ids]
-                    break
+            each = itemgetter(*ids)(sz)
+            if each.count(sz[i0]) != B:
+                sizes_flat = list(each)
         xs, ins = [], []
         # one node with many same-shape inputs (the esum of all losses): one gather
         wide = B == 1 and len(a0) > 4 and not shared and self._wide(a0, xs, ins)
@@ -189,8 +187,7 @@ class Executor:
         offs = self.offs
         if sizes_flat is None:
             s = n // B
-            for k, i in enumerate(ids):
-                offs[i] = off + k * s
+            list(map(offs.__setitem__, ids, range(off, off + n, s)))   # C-level loop
         else:
             k = off
             for i, s in zip(ids, sizes_flat):
@@ -200,7 +197,7 @@ class Executor:
         b.ids, b.op, b.attr, b.data, b.xs, b.ins, b.wide = ids, op, attr, data, xs, ins, wide
         b.out, b.n, b.y = off, n, view.reshape(y.shape)
         needs = g.needs
-        b.need = any([needs[i] for i in ids])
+        b.need = any(map(needs.__getitem__, ids))
         b.first = min(ids)
         self.batches.append(b)
         g.stats.sizes[g.sig_name(g.sigs[i0])].append(B)
@@ -242,7 +239,7 @@ class Executor:
             grads = b.op.backward(xp, b.xs, b.y, gy, b.attr, b.data)
             a0 = g.args[b.ids[0]]
             if b.wide:
-                if any([needs[a] for a in a0]):
+                if any(map(needs.__getitem__, a0)):
                     self._scatter(gbuf, b.ins[0], xp.concatenate([gr.reshape(1, -1) for gr in grads]))
                 continue
             for j, gr in enumerate(grads):
@@ -255,7 +252,7 @@ class Executor:
                         self._add_shared(gbuf, a, gr)
                     continue
                 srcs = info[1]
-                if not any([needs[s] for s in srcs]):
+                if not any(map(needs.__getitem__, srcs)):
                     continue
                 self._scatter(gbuf, info, gr)
         memory.give(gbuf)
