@@ -13,7 +13,8 @@ class Strategy(enum.Enum):
     """How forward groups nodes into batches."""
     NONE = "none"      # node by node, in creation order
     DEPTH = "depth"    # TensorFlow Fold: equal depth and signature
-    AGENDA = "agenda"  # DyNet: ready nodes, lowest average depth per signature first
+    AGENDA = "agenda"  # ready nodes, lowest level first (see scheduler._agenda)
+    DYNET_AGENDA = "dynet-agenda"  # DyNet's rule: lowest average depth per signature first
 
 
 _DYNET_CODES = {0: Strategy.NONE, 1: Strategy.AGENDA, 2: Strategy.DEPTH}

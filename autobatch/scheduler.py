@@ -6,6 +6,7 @@ Output: a list of batches, each a list of node ids with one signature, in an
 order that respects dependencies. Knows no op by name."""
 from __future__ import annotations
 
+import heapq
 import itertools
 
 import numpy as np
@@ -19,6 +20,8 @@ def schedule(strategy: Strategy, lo: int, hi: int, sigs: list, depths: list, arg
         return [[i] for i in range(lo, hi) if sigs[i] >= 0]
     if strategy is Strategy.DEPTH:
         return _by_depth(lo, hi, sigs, depths)
+    if strategy is Strategy.DYNET_AGENDA:
+        return _dynet_agenda(lo, hi, sigs, depths, args, heavy_of_sig)
     return _agenda(lo, hi, sigs, depths, args, heavy_of_sig)
 
 
@@ -205,3 +208,54 @@ def _agenda_small(lo, hi, sigs, depths, args, heavy_of_sig):
     for i in pend:
         groups.setdefault((level[i], sigs[i]), []).append(i)
     return [groups[k] for k in sorted(groups, key=lambda k: (k[0], heavy_of_sig(k[1]), k[1]))]
+
+
+def _dynet_agenda(lo, hi, sigs, depths, args, heavy_of_sig):
+    """DyNet's agenda, for comparison: repeatedly run every ready node of the signature
+    whose nodes have the lowest average depth (ties: cheap ops first). Simulated batch
+    by batch, vectorised within each batch."""
+    sig_all = np.array(sigs[lo:hi], dtype=np.int64)
+    pend = np.flatnonzero(sig_all >= 0)
+    if len(pend) == 0:
+        return []
+    sig = sig_all[pend]
+    ns = int(sig.max()) + 1
+    count = np.bincount(sig, minlength=ns)
+    avg = np.bincount(sig, weights=np.array(depths[lo:hi], dtype=np.float64)[pend], minlength=ns)
+    prio = {s: (avg[s] / count[s], heavy_of_sig(s), s) for s in np.flatnonzero(count).tolist()}
+    _, pptr, src, dst = _edges(lo, hi, args, sig_all)
+    waits = np.diff(pptr)
+    order = np.argsort(src, kind="stable")
+    ptr = np.zeros(hi - lo + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=hi - lo), out=ptr[1:])
+    succ = dst[order]
+    ready: dict = {}
+    heap: list = []
+
+    def add_ready(nodes):
+        ss = sig_all[nodes]
+        order = np.argsort(ss, kind="stable")
+        nodes, ss = nodes[order], ss[order]
+        cut = np.flatnonzero(ss[1:] != ss[:-1]) + 1
+        for s, part in zip(ss[np.concatenate(([0], cut))].tolist(), np.split(nodes, cut)):
+            if s in ready:
+                ready[s].append(part)
+            else:
+                ready[s] = [part]
+                heapq.heappush(heap, prio[s])
+
+    add_ready(pend[waits[pend] == 0])
+    out = []
+    while heap:
+        s = heapq.heappop(heap)[2]
+        parts = ready.pop(s)
+        batch = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
+        out.append((batch + lo).tolist())
+        nxt = _ranges(ptr, succ, batch)
+        if len(nxt):
+            np.subtract.at(waits, nxt, 1)
+            fresh = _sorted_set(nxt[waits[nxt] == 0])   # a node fed twice appears twice
+            if len(fresh):
+                waits[fresh] = -1
+                add_ready(fresh)
+    return out

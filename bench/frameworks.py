@@ -11,6 +11,7 @@ import sys
 
 # strategy name -> renew_cg(autobatching=...) argument for autobatch
 AUTOBATCH_STRATEGIES = {"none": "none", "depth": "depth", "agenda": "agenda",
+                        "dynet-agenda": "dynet-agenda",   # DyNet's average-depth rule, our engine
                         "vertex": "agenda"}  # vertex: bench/vertex_tasks.py; the lazy rest runs agenda
 # strategy name -> dynet_config autobatch flag (0 off, 1 agenda, 2 depth-based)
 DYNET_MODES = {"none": 0, "depth": 2, "agenda": 1}

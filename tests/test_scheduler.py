@@ -8,7 +8,9 @@ import autobatch as dy
 from autobatch import scheduler
 from autobatch.runtime import Strategy
 
-from programs import build, chains, dags, make_params, trees
+import numpy as np
+
+from programs import build, chains, dags, make_params, programs, run, trees
 
 
 def _graph(prog):
@@ -32,12 +34,30 @@ def _plans(g):
     return big, small, depth
 
 
+def _valid(plan, g):
+    """Every pending node exactly once, one signature per batch, inputs first."""
+    seen = {}
+    for k, batch in enumerate(plan):
+        assert len({g.sigs[i] for i in batch}) == 1
+        for i in batch:
+            assert i not in seen
+            seen[i] = k
+    for i, k in seen.items():
+        for a in g.args[i]:
+            assert g.sigs[a] < 0 or seen[a] < k
+    assert sorted(seen) == [i for i in range(g.node_count()) if g.sigs[i] >= 0]
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(chains(), trees(), dags()), min_size=1, max_size=6))
 def test_small_and_vectorised_agenda_agree_and_beat_depth(prog):
-    big, small, depth = _plans(_graph(prog))
+    g = _graph(prog)
+    big, small, depth = _plans(g)
     assert big == small
     assert len(big) <= len(depth)
+    _valid(big, g)
+    _valid(scheduler.schedule(Strategy.DYNET_AGENDA, 0, g.node_count(), g.sigs, g.depths, g.args,
+                              g.heavy_of_sig), g)
 
 
 def test_loss_heads_of_different_depths_share_one_batch():
@@ -62,3 +82,14 @@ def test_loss_heads_of_different_depths_share_one_batch():
             assert n_batches == 8
         else:
             assert n_batches == 1 and loss_batches[0] == [16]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs)
+def test_dynet_rule_gives_the_same_values_and_gradients(prog):
+    P = make_params(0)
+    v1, g1, _ = run(prog, P, "agenda")
+    v2, g2, _ = run(prog, P, "dynet-agenda")
+    assert abs(v1 - v2) <= 1e-4 * max(1.0, abs(v1))
+    for a, b in zip(g1, g2):
+        assert np.allclose(a, b, rtol=1e-4, atol=1e-5)
