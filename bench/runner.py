@@ -50,9 +50,9 @@ class Progress:
         if not self.on or now - self.t0 < self.after or now - self.last < 0.25:
             return
         self.last, self.shown = now, True
-        k = int(20 * done / max(self.total, 1))
-        sys.stderr.write("\r  %-28s [%s%s] %3d%% %s %5.0fs " % (
-            self.label[:28], "#" * k, "." * (20 - k), 100 * done // max(self.total, 1), what, now - self.t0))
+        k = int(12 * done / max(self.total, 1))
+        sys.stderr.write("\r%-38s [%s%s] %3d%% %-9s %4.0fs " % (
+            self.label[:38], "#" * k, "." * (12 - k), 100 * done // max(self.total, 1), what, now - self.t0))
         sys.stderr.flush()
 
     def close(self):

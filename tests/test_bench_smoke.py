@@ -1,6 +1,9 @@
 """Smoke tests of the benchmark harness (bench/): tiny runs that still check real behaviour."""
+import importlib.util
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -120,3 +123,13 @@ def test_shared_data_loads():
     for task in ("treelstm", "bilstm", "rnnlm"):
         insts, _ = data.get(task, 10, path=root)
         assert len(insts) == 10
+
+
+@pytest.mark.skipif(importlib.util.find_spec("dynet") is None, reason="DyNet peer not installed (pip install dynet38)")
+def test_one_model_definition_same_function_on_dynet_and_autobatch():
+    """Each task's Model, with DyNet's parameter values copied over, gives autobatch the same loss
+    and gradients (a separate process: importing DyNet fixes its settings for the process)."""
+    p = subprocess.run([sys.executable, "-m", "bench.equivalence"], cwd=runner.REPO, capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=runner.REPO))
+    assert p.returncode == 0, p.stdout + p.stderr[-2000:]
+    assert p.stdout.count("rel") >= 2 * len(tasks.NAMES)
