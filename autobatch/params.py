@@ -256,18 +256,33 @@ class LookupParameter(Parameter):
 
 
 class ParameterCollection:
-    """DyNet's ParameterCollection (alias Model): creates, lists, saves and loads parameters."""
+    """DyNet's ParameterCollection (alias Model): creates, lists, saves and loads parameters.
 
-    def __init__(self, name: str = ""):
-        self.name = name
-        self._params: list[Parameter] = []
-        self._lookups: list[LookupParameter] = []
-        self._subs: list[ParameterCollection] = []
+    Lists keep creation order across sub-collections, and names follow DyNet
+    ("/_0", "/W", "/W_1", "/vanilla-lstm-builder/_0"), so code that copies or saves
+    parameters by position or name works the same on both."""
+
+    def __init__(self, name: str = "", _prefix: str = "/"):
+        self._prefix = _prefix
+        self._items: list = []      # parameters, lookup parameters and sub-collections, in order
+        self._taken: dict = {}      # base name -> times used, for parameters
+        self._taken_sub: dict = {}  # the same for sub-collections
+
+    @staticmethod
+    def _unique(name, taken):
+        base = name or "_"
+        k = taken.get(base, 0)
+        taken[base] = k + 1
+        return f"_{k}" if not name else (name if k == 0 else f"{name}_{k}")
+
+    def name(self) -> str:
+        return self._prefix
 
     def add_parameters(self, dim, init=None, name: str = "", device: str = "", scale: float = 1.0) -> Parameter:
         """A dense parameter of shape ``dim``; init: None (Glorot), a number, an array or an Initializer."""
-        p = Parameter(_as_shape(dim), init, name, scale)
-        self._params.append(p)
+        shape = _as_shape(dim)
+        p = Parameter(shape, init, self._prefix + self._unique(name, self._taken), scale)
+        self._items.append(p)
         return p
 
     def add_lookup_parameters(self, dim, init=None, name: str = "", device: str = "", scale: float = 1.0) -> LookupParameter:
@@ -275,26 +290,34 @@ class ParameterCollection:
         shape = _as_shape(dim)
         if len(shape) < 2:
             raise ValueError(f"add_lookup_parameters needs (n_rows, row_dim), got {dim!r}")
-        p = LookupParameter(shape, init, name, scale)
-        self._lookups.append(p)
+        p = LookupParameter(shape, init, self._prefix + self._unique(name, self._taken), scale)
+        self._items.append(p)
         return p
 
     def add_subcollection(self, name: str = "") -> "ParameterCollection":
-        sub = ParameterCollection(name)
-        self._subs.append(sub)
+        sub = ParameterCollection(name, self._prefix + self._unique(name, self._taken_sub) + "/")
+        self._items.append(sub)
         return sub
 
-    def parameters_list(self) -> list:
-        out = list(self._params)
-        for s in self._subs:
-            out += s.parameters_list()
+    def subcollections(self) -> list:
+        return [x for x in self._items if isinstance(x, ParameterCollection)]
+
+    def _walk(self, lookups: bool) -> list:
+        out = []
+        for x in self._items:
+            if isinstance(x, ParameterCollection):
+                out += x._walk(lookups)
+            elif x.is_lookup == lookups:
+                out.append(x)
         return out
 
+    def parameters_list(self) -> list:
+        """Dense parameters in creation order, sub-collections included."""
+        return self._walk(False)
+
     def lookup_parameters_list(self) -> list:
-        out = list(self._lookups)
-        for s in self._subs:
-            out += s.lookup_parameters_list()
-        return out
+        """Lookup parameters in creation order, sub-collections included."""
+        return self._walk(True)
 
     def parameters_from_numpy(self, array, name: str = "", device: str = "") -> Parameter:
         a = np.asarray(array)

@@ -186,7 +186,7 @@ def test_parameters_in_dynet_layout(kind):
               "rnn": [[(4, 3), (4, 4), (4,)], [(4, 4), (4, 4), (4,)]],
               "gru": [[(4, 3), (4, 4), (4,)] * 3, [(4, 4), (4, 4), (4,)] * 3]}[kind]
     assert shapes == expect
-    assert b.param_collection() in m._subs
+    assert b.param_collection() in m.subcollections()
     assert len(m.parameters_list()) == sum(len(l) for l in expect)
     assert len(b.get_parameter_expressions()[1]) == len(expect[1])
 

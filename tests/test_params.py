@@ -10,7 +10,7 @@ from conftest import to_np
 def test_shape_value_and_copies(backend):
     m = dy.ParameterCollection()
     p = m.add_parameters((2, 3), init=np.arange(6.0).reshape(2, 3), name="W")
-    assert p.shape() == (2, 3) and p.dim() == ((2, 3), 1) and p.name() == "W"
+    assert p.shape() == (2, 3) and p.dim() == ((2, 3), 1) and p.name() == "/W"
     a = p.as_array()
     assert isinstance(a, np.ndarray) and a.dtype == np.float32
     np.testing.assert_array_equal(a, np.arange(6.0).reshape(2, 3))
@@ -170,3 +170,23 @@ def test_parameter_arithmetic_builds_expressions(f64):
     y = W * dy.inputVector([1.0, 3.0]) + b
     np.testing.assert_array_equal(y.npvalue(), [3, 7])
     np.testing.assert_array_equal((-b).npvalue(), [-1, -1])
+
+
+def test_lists_and_names_follow_dynet_creation_order():
+    """Checked against DyNet 2.2: creation order across sub-collections, DyNet's names."""
+    pc = dy.ParameterCollection()
+    a = pc.add_parameters((3, 4))
+    e = pc.add_lookup_parameters((5, 2))
+    w, w1 = pc.add_parameters(3, name="W"), pc.add_parameters(3, name="W")
+    dy.VanillaLSTMBuilder(1, 5, 6, pc)
+    sub = pc.add_subcollection("enc")
+    s1 = sub.add_parameters(2)
+    anon = pc.add_subcollection()
+    b = pc.add_parameters((7,))
+    assert [p.name() for p in pc.parameters_list()] == [
+        "/_0", "/W", "/W_1", "/vanilla-lstm-builder/_0", "/vanilla-lstm-builder/_1",
+        "/vanilla-lstm-builder/_2", "/enc/_0", "/_2"]
+    assert [p.name() for p in pc.lookup_parameters_list()] == ["/_1"]
+    assert pc.parameters_list()[0] is a and pc.parameters_list()[-1] is b and s1 in pc.parameters_list()
+    assert (pc.name(), sub.name(), anon.name()) == ("/", "/enc/", "/_0/")
+    assert pc.lookup_parameters_list() == [e] and w1.name() == "/W_1" and w.name() == "/W"
