@@ -34,15 +34,15 @@ def table(records, title=None):
     r0 = records[0]
     head = "%s  (H=%d, batch %d, n=%d, median of %d, backend %s)" % (
         title or r0["task"], r0["hidden"], r0["batch_size"], r0["n"], r0["repeats"], r0["backend"])
-    cols = "%-18s %9s %8s %8s %8s | %7s %7s %7s %7s %7s | %8s" % (
+    cols = "%-22s %9s %8s %8s %8s | %7s %7s %7s %7s %7s | %8s" % (
         "framework", "inst/s", "vs DyNet", "fwd b/i", "bwd b/i", "build", "sched", "fwd", "bwd", "upd", "mem MB")
-    sub = "%-18s %9s %8s %8s %8s | %39s | %8s" % ("", "", "agenda", "", "", "seconds per pass", "")
+    sub = "%-22s %9s %8s %8s %8s | %39s | %8s" % ("", "", "agenda", "", "", "seconds per pass", "")
     lines = [head, cols, sub, "-" * len(cols)]
     for r in records:
         if r.get("error"):
-            lines.append("%-18s  failed: %s" % (label(r), r["error"]))
+            lines.append("%-22s  failed: %s" % (label(r), r["error"]))
             continue
-        lines.append("%-18s %9.1f %8s %8s %8s | %7s %7s %7s %7s %7s | %8s" % (
+        lines.append("%-22s %9.1f %8s %8s %8s | %7s %7s %7s %7s %7s | %8s" % (
             label(r), r["instances_per_s"], _f(ref and r["instances_per_s"] / ref, "%.2fx"),
             _f(r.get("fwd_batches_per_inst"), "%.2f"), _f(r.get("bwd_batches_per_inst"), "%.2f"),
             _f(r.get("build_s"), "%.3f"), _f(r.get("schedule_s"), "%.3f"), _f(r.get("forward_s"), "%.3f"),
