@@ -85,3 +85,22 @@ def plot(records, path):
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     return None
+
+
+def markdown(records):
+    """The per-task tables of `records` (from --json) as Markdown code blocks, with the footer."""
+    parts = []
+    for t in dict.fromkeys(r["task"] for r in records):
+        parts.append("```\n%s\n```" % table([r for r in records if r["task"] == t], t))
+    return "\n\n".join(parts) + "\n\n" + FOOTER + "\n"
+
+
+if __name__ == "__main__":
+    # python -m bench.report RUN.json [...]: tables of saved runs (for bench/RESULTS.md)
+    import json
+    import sys
+    recs = []
+    for path in sys.argv[1:]:
+        with open(path) as f:
+            recs += json.load(f)
+    print(markdown(recs))

@@ -51,6 +51,7 @@ class TreeLSTM:
                 c = dy.esum([dy.cmult(i, u), dy.cmult(fl, cl), dy.cmult(fr, cr)])
             h = dy.cmult(o, dy.tanh(c))
             v.scatter(h, c)
+            v.push("h", h)          # for predictions (examples/treelstm_vertex.py)
             v.push("loss", dy.pickneglogsoftmax(dy.affine_transform([b_out, W_out, h]), v.pull("label")))
 
         self.cell = cell

@@ -16,43 +16,7 @@ import numpy as np
 import _common
 from bench import data
 from bench.tasks.treelstm import Model
-
-
-def tree_cell(dy, m):
-    """The bench Tree-LSTM (bench/tasks/treelstm.py) as a vertex function over m's parameters."""
-    (Wi, Wo, Wu), (Ui, Uo, Uu), (Ufl, Ufr), (bi, bo, bu, bf) = m.W_iou, m.U_iou, m.U_f, m.b
-
-    @dy.vertex_function(max_children=2)
-    def cell(v):
-        if v.is_leaf:
-            x = m.E[v.pull("word")]
-            i = dy.logistic(dy.affine_transform([bi, Wi, x]))
-            o = dy.logistic(dy.affine_transform([bo, Wo, x]))
-            u = dy.tanh(dy.affine_transform([bu, Wu, x]))
-            c = dy.cmult(i, u)
-        else:
-            (hl, cl), (hr, cr) = v.gather(0), v.gather(1)     # what the children scattered
-            x = dy.concatenate([hl, hr])
-            i = dy.logistic(dy.affine_transform([bi, Ui, x]))
-            o = dy.logistic(dy.affine_transform([bo, Uo, x]))
-            u = dy.tanh(dy.affine_transform([bu, Uu, x]))
-            fl = dy.logistic(dy.affine_transform([bf, Ufl, hl]))
-            fr = dy.logistic(dy.affine_transform([bf, Ufr, hr]))
-            c = dy.esum([dy.cmult(i, u), dy.cmult(fl, cl), dy.cmult(fr, cr)])
-        h = dy.cmult(o, dy.tanh(c))
-        v.scatter(h, c)                                       # what the parent gathers
-        v.push("h", h)
-        v.push("loss", dy.pickneglogsoftmax(dy.affine_transform([m.b_out, m.W_out, h]), v.pull("label")))
-
-    return cell
-
-
-def graph_of(dy, tree):
-    """A bench Tree as data: child lists (post-order: the root is the last vertex), words, labels."""
-    nodes = tree.nodes()
-    idx = {id(n): k for k, n in enumerate(nodes)}
-    kids = [[] if n.is_leaf() else [idx[id(n.left)], idx[id(n.right)]] for n in nodes]
-    return dy.InputGraph(kids), [n.word or 0 for n in nodes], [n.label for n in nodes]
+from bench.vertex_tasks import TreeLSTM   # the cell, declared once as a vertex function
 
 
 def main(argv=None):
@@ -77,7 +41,8 @@ def main(argv=None):
 
     pc = dy.ParameterCollection()
     model = Model(dy, pc, meta, args.hidden)
-    cell = tree_cell(dy, model)
+    vertex_model = TreeLSTM(dy, model, meta)
+    cell, graph_of = vertex_model.cell, vertex_model.graph
     trainer = dy.AdamTrainer(pc, 0.005)
     rng = random.Random(args.seed)
     history = []
