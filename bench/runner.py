@@ -104,6 +104,8 @@ class DyLoop:
         t2 = time.perf_counter()
         if self.batch_loss is not None:   # --strategy vertex: one call of F per minibatch
             loss = self.batch_loss(dy, batch)
+        elif hasattr(self.model, "batch_losses"):   # models that read values mid-way (parser):
+            loss = dy.esum(self.model.batch_losses(dy, batch))   # dy.batched_map where available
         else:
             loss = dy.esum([self.model.loss(dy, x) for x in batch])
         t3 = time.perf_counter()
