@@ -75,6 +75,7 @@ class ComputationGraph:
         self.sigs: list = []
         self.depths: list = []
         self.needs: list = []
+        self.uses: list = []        # number of consumers of each node
         self.ext: dict = {}         # node -> Parameter (its value lives outside the arena)
         self.pnode: dict = {}       # (id(param), update) -> node
         self._pfast: dict = {}      # param -> node, for update=True
@@ -119,12 +120,14 @@ class ComputationGraph:
         shapes = self.shapes
         depths = self.depths
         needs = self.needs
+        uses = self.uses           # consumer counts: the agenda finds the graph's end with them
         na = len(args)
         if na == 1:
             a = args[0]
             ins = (shapes[a],)
             d = depths[a]
             need = needs[a]
+            uses[a] += 1
         elif na == 2:              # unrolled: list comprehensions cost a frame each
             a, b = args
             ins = (shapes[a], shapes[b])
@@ -132,6 +135,8 @@ class ComputationGraph:
             if depths[b] > d:
                 d = depths[b]
             need = needs[a] or needs[b]
+            uses[a] += 1
+            uses[b] += 1
         elif na == 3:              # affine_transform([b, W, x])
             a, b, c = args
             ins = (shapes[a], shapes[b], shapes[c])
@@ -141,6 +146,9 @@ class ComputationGraph:
             if depths[c] > d:
                 d = depths[c]
             need = needs[a] or needs[b] or needs[c]
+            uses[a] += 1
+            uses[b] += 1
+            uses[c] += 1
         else:
             ins = tuple([shapes[a] for a in args])
             d = 0
@@ -150,6 +158,7 @@ class ComputationGraph:
                     d = depths[a]
                 if needs[a]:
                     need = True
+                uses[a] += 1
         r = _RULES.get((op, ins, attr)) or _rule(op, ins, attr)
         base = r[2]
         if base is None:            # not batchable: a signature of its own, whatever its inputs
@@ -170,6 +179,7 @@ class ComputationGraph:
             self.sig_op.append(op)
         depths.append(d + 1)
         needs.append(need and op.differentiable)
+        uses.append(0)
         n = len(self.ops)
         self.ops.append(op)
         self.args.append(args)
@@ -210,6 +220,7 @@ class ComputationGraph:
             self.sigs.append(-1)
             self.depths.append(0)
             self.needs.append(bool(update))
+            self.uses.append(0)
             self.exe.mark_external(n)
         return Expression(self, n)
 

@@ -15,14 +15,18 @@ from .runtime import Strategy
 
 
 def schedule(strategy: Strategy, lo: int, hi: int, sigs: list, depths: list, args: list,
-             heavy_of_sig) -> list[list[int]]:
+             heavy_of_sig, uses: list | None = None) -> list[list[int]]:
+    """uses: number of consumers of every node (the graph keeps it; computed if None)."""
     if strategy is Strategy.NONE:
         return [[i] for i in range(lo, hi) if sigs[i] >= 0]
     if strategy is Strategy.DEPTH:
         return _by_depth(lo, hi, sigs, depths)
     if strategy is Strategy.DYNET_AGENDA:
         return _dynet_agenda(lo, hi, sigs, depths, args, heavy_of_sig)
-    return _agenda(lo, hi, sigs, depths, args, heavy_of_sig)
+    if uses is None:
+        uses = np.bincount(np.fromiter(itertools.chain.from_iterable(args), dtype=np.int64),
+                           minlength=len(args)).tolist()
+    return _agenda(lo, hi, sigs, depths, args, heavy_of_sig, uses)
 
 
 def _pending(lo, hi, sigs):
@@ -89,79 +93,90 @@ def _sorted_set(a):
     return a[keep]
 
 
-def _heights(out_deg, pptr, preds, cap):
-    """Longest path from each node to a sink of the pending subgraph, counted up to
-    `cap` (deeper nodes get cap + 1): reverse Kahn, one vectorised step per level.
-    Only nodes near the end can profit from as-late-as-possible levels, so the walk
-    stops after a few levels instead of crossing the whole graph."""
-    out = out_deg.copy()
-    height = np.full(len(out), cap + 1, dtype=np.int64)
-    frontier = np.flatnonzero(out == 0)
+def _near_end(lo, sigs, args, uses, sinks, cap):
+    """Heights (longest path to a sink) of the nodes within `cap` steps of the end of the
+    graph, by a reverse Kahn walk from the sinks that stops after `cap` levels: the
+    work is proportional to the end region, not to the graph. Consumer counts come
+    from the graph, so a node used by nodes outside [lo, hi) is never a sink."""
+    height = {}
+    left = {}
+    frontier = sinks
     for h in range(cap + 1):
-        if len(frontier) == 0:
-            break
-        height[frontier] = h
-        p = _ranges(pptr, preds, frontier)
-        np.subtract.at(out, p, 1)
-        frontier = _sorted_set(p[out[p] == 0])
-        out[frontier] = -1
+        nxt = []
+        for i in frontier:
+            height[i] = h
+            for a in args[i]:
+                if a >= lo and sigs[a] >= 0:
+                    r = left.get(a, uses[a]) - 1
+                    left[a] = r
+                    if r == 0:
+                        nxt.append(a)
+        frontier = nxt
     return height
 
 
-def _levels(sig, asap, height, cap):
-    """Per signature, the leveling that spreads its nodes over fewer distinct levels:
-    as soon as possible (depth), or as late as possible (top - height) for signatures
-    whose nodes all lie within `cap` steps of the end. Loss heads sit at every depth
-    of a sequence but at one late level, so deferring them batches them together.
-    Signatures are small ints, so counting uses bincount grids, not sorting."""
-    top = int(asap.max())
-    alap = top - height
-    m = top + cap + 2                          # every level fits in [0, m)
-    ns = int(sig.max()) + 1
+def _late_levels(lo, sigs, depths, args, near, count, base, top):
+    """As-late-as-possible levels (top - height) for the signatures all of whose pending
+    nodes are near the end and line up on fewer levels that way (loss heads of
+    sequences of every length), then lifted so that each node sits above its inputs.
+    Returns {node: level} for the nodes that moved."""
+    by_sig: dict = {}
+    for i in near:
+        by_sig.setdefault(sigs[i], []).append(i)
+    level = {}
+    for s, nodes in by_sig.items():
+        if len(nodes) == count[s] and \
+                len({near[i] for i in nodes}) < len({depths[i] for i in nodes}):
+            for i in nodes:
+                level[i] = top - near[i]
+    if not level:
+        return level
+    for i in sorted(near):          # consumers of near nodes are near: lift within the region
+        li = level.get(i, depths[i] - base)
+        for a in args[i]:
+            if a >= lo and sigs[a] >= 0:
+                la = level.get(a, depths[a] - base)
+                if li <= la:
+                    li = la + 1
+        if li != depths[i] - base:
+            level[i] = li
+    return level
 
-    def distinct(level):
-        return (np.bincount(sig * m + level, minlength=ns * m).reshape(ns, m) > 0).sum(axis=1)
 
-    near = np.bincount(sig, weights=height > cap, minlength=ns) == 0
-    late = (near & (distinct(alap) < distinct(asap)))[sig]
-    return np.where(late, alap, asap)
-
-
-def _agenda(lo, hi, sigs, depths, args, heavy_of_sig):
+def _agenda(lo, hi, sigs, depths, args, heavy_of_sig, uses):
     """The agenda of ready nodes, run level by level.
 
     DyNet ranks signatures by the average depth of all their nodes; on Tree-LSTMs and
     stacked LSTMs we measured that rule launching *more* batches than plain depth
     batching, because gates of different steps interleave. Instead every node gets a
-    level: its depth (as soon as possible) or, for signatures whose nodes line up on
-    fewer levels that way, its distance from the end of the graph (as late as
-    possible: the loss heads of sequences of every length then share one level).
-    Levels are then repaired so that every node sits above its inputs, and each
+    level: its depth (as soon as possible) or, for signatures whose nodes sit near the
+    end of the graph and line up on fewer levels that way, its distance from the end
+    (as late as possible: the loss heads of sequences of every length then share one
+    level). Levels are lifted so that every node sits above its inputs, and each
     (level, signature) group is one batch. All nodes of the lowest pending level are
     always ready, so this is the agenda rule "run the ready signature of lowest
     level", computed without simulating the agenda node by node.
 
-    Vectorised: a handful of NumPy passes over nodes and edges, plus one small step
-    per level for the heights."""
+    Cost: one vectorised sort of the pending nodes (like depth batching) plus Python
+    work over the end region of the graph only."""
     if hi - lo <= _SMALL:
-        return _agenda_small(lo, hi, sigs, depths, args, heavy_of_sig)
+        return _agenda_small(lo, hi, sigs, depths, args, heavy_of_sig, uses)
     sig_all = np.array(sigs[lo:hi], dtype=np.int64)
     pend = np.flatnonzero(sig_all >= 0)
     if len(pend) == 0:
         return []
     depth_all = np.array(depths[lo:hi], dtype=np.int64)
-    out_deg, pptr, src, dst = _edges(lo, hi, args, sig_all)
-    height = _heights(out_deg, pptr, src, _NEAR_END)
     sig = sig_all[pend]
-    asap = depth_all[pend] - int(depth_all[pend].min())
-    level = np.zeros(hi - lo, dtype=np.int64)
-    level[pend] = _levels(sig, asap, height[pend], _NEAR_END)
-    while True:                       # lift nodes placed at or below one of their inputs
-        low = level[dst] <= level[src]
-        if not low.any():
-            break
-        np.maximum.at(level, dst[low], level[src[low]] + 1)
+    base = int(depth_all[pend].min())
+    level = depth_all - base
+    sinks = (pend[np.array(uses[lo:hi], dtype=np.int64)[pend] == 0] + lo).tolist()
+    near = _near_end(lo, sigs, args, uses, sinks, _NEAR_END)
     ns = int(sig.max()) + 1
+    count = np.bincount(sig, minlength=ns)
+    late = _late_levels(lo, sigs, depths, args, near, count, base, int(level[pend].max()))
+    if late:
+        idx = np.fromiter(late.keys(), dtype=np.int64, count=len(late)) - lo
+        level[idx] = np.fromiter(late.values(), dtype=np.int64, count=len(late))
     heavy = np.array([heavy_of_sig(t) for t in range(ns)], dtype=np.int64)
     key = (level[pend] * 2 + heavy[sig]) * ns + sig   # level, then cheap ops first, then signature
     order = np.argsort(key, kind="stable")            # stable: ids stay ascending in a batch
@@ -172,41 +187,22 @@ _SMALL = 256     # below this many nodes NumPy's per-call overhead outweighs vec
 _NEAR_END = 4    # as-late-as-possible levels are considered this many steps from the end
 
 
-def _agenda_small(lo, hi, sigs, depths, args, heavy_of_sig):
+def _agenda_small(lo, hi, sigs, depths, args, heavy_of_sig, uses):
     """The same levels and batches as _agenda, in plain Python: small forwards (one
     sentence at a time, batched_map rounds) must not pay milliseconds of NumPy calls."""
     pend = [i for i in range(lo, hi) if sigs[i] >= 0]
     if not pend:
         return []
-    ins = {i: [a for a in args[i] if a >= lo and sigs[a] >= 0] for i in pend}
-    height = dict.fromkeys(pend, 0)
-    for i in reversed(pend):
-        h = height[i] + 1
-        for a in ins[i]:
-            if height[a] < h:
-                height[a] = h
-    cap = _NEAR_END
-    for i in pend:
-        if height[i] > cap:
-            height[i] = cap + 1
     base = min(depths[i] for i in pend)
     top = max(depths[i] for i in pend) - base
-    by_sig: dict = {}
+    count: dict = {}
     for i in pend:
-        by_sig.setdefault(sigs[i], []).append(i)
-    level = {}
-    for s, nodes in by_sig.items():
-        late = (all(height[i] <= cap for i in nodes)
-                and len({top - height[i] for i in nodes}) < len({depths[i] - base for i in nodes}))
-        for i in nodes:
-            level[i] = top - height[i] if late else depths[i] - base
-    for i in pend:                      # ids are topological: one pass lifts every node
-        for a in ins[i]:
-            if level[i] <= level[a]:
-                level[i] = level[a] + 1
+        count[sigs[i]] = count.get(sigs[i], 0) + 1
+    near = _near_end(lo, sigs, args, uses, [i for i in pend if uses[i] == 0], _NEAR_END)
+    late = _late_levels(lo, sigs, depths, args, near, count, base, top)
     groups: dict = {}
     for i in pend:
-        groups.setdefault((level[i], sigs[i]), []).append(i)
+        groups.setdefault((late.get(i, depths[i] - base), sigs[i]), []).append(i)
     return [groups[k] for k in sorted(groups, key=lambda k: (k[0], heavy_of_sig(k[1]), k[1]))]
 
 

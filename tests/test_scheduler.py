@@ -25,9 +25,9 @@ def _plans(g):
     saved = scheduler._SMALL
     try:
         scheduler._SMALL = -1
-        big = scheduler.schedule(Strategy.AGENDA, 0, n, g.sigs, g.depths, g.args, g.heavy_of_sig)
+        big = scheduler.schedule(Strategy.AGENDA, 0, n, g.sigs, g.depths, g.args, g.heavy_of_sig, g.uses)
         scheduler._SMALL = 1 << 30
-        small = scheduler.schedule(Strategy.AGENDA, 0, n, g.sigs, g.depths, g.args, g.heavy_of_sig)
+        small = scheduler.schedule(Strategy.AGENDA, 0, n, g.sigs, g.depths, g.args, g.heavy_of_sig, g.uses)
     finally:
         scheduler._SMALL = saved
     depth = scheduler.schedule(Strategy.DEPTH, 0, n, g.sigs, g.depths, g.args, g.heavy_of_sig)
