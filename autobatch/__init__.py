@@ -6,7 +6,6 @@ of all instances into batched NumPy (or CuPy) kernels."""
 from __future__ import annotations
 
 from . import runtime
-from .api import *  # noqa: F401,F403
 from .api import (abs, affine_transform, average, binary_log_loss, bmax, cdiv, cmult,  # noqa: F401
                   concatenate, concatenate_cols, const_lookup, const_parameter, constant,
                   dot_product, dropout, elu, emax, esum, exp, hinge, inputMatrix, inputTensor,
@@ -38,6 +37,3 @@ def stats() -> dict:
         raise RuntimeError("stats(): no computation graph yet")
     return g.stats.as_dict(g)
 
-
-max = max_dim  # noqa: A001  (DyNet exposes max_dim; keep the builtin name free below)
-del max

@@ -14,7 +14,7 @@ from typing import Any
 from . import runtime
 from .errors import GraphError, StaleExpressionError, user_line, user_site, where_code
 from .executor import Executor
-from .ops import OPS, ShapeError
+from .ops import ShapeError
 from .runtime import Strategy, parse_strategy
 from .stats import Stats
 

@@ -16,14 +16,8 @@ from bench import data
 from bench.tasks.treelstm import Model
 
 
-def main(argv=None):
-    ap = _common.parser(__doc__, epochs=6, hidden=64, batch_size=32)
-    ap.add_argument("--n-train", type=int, default=1000)
-    ap.add_argument("--n-dev", type=int, default=200)
-    args = ap.parse_args(argv)
-    fw = _common.framework(args)
-    dy = fw.dy
-
+def sst_data(args):
+    """(train, dev, meta, majority-class dev accuracy) from --train/--dev or synthetic trees."""
     if args.train:
         train, meta = data.load_sst(args.train)
         dev = data.load_sst(args.dev, meta["vocab"])[0] if args.dev else train[-args.n_dev:]
@@ -32,7 +26,18 @@ def main(argv=None):
         trees, meta = data.synthetic_sst(args.n_train + args.n_dev, seed=args.seed)
         train, dev = trees[:args.n_train], trees[args.n_train:]
     labels = np.bincount([t.label for t in train], minlength=5)
-    majority = np.mean([t.label == labels.argmax() for t in dev])
+    return train, dev, meta, np.mean([t.label == labels.argmax() for t in dev])
+
+
+def main(argv=None):
+    ap = _common.parser(__doc__, epochs=6, hidden=64, batch_size=32)
+    ap.add_argument("--n-train", type=int, default=1000)
+    ap.add_argument("--n-dev", type=int, default=200)
+    args = ap.parse_args(argv)
+    fw = _common.framework(args)
+    dy = fw.dy
+
+    train, dev, meta, majority = sst_data(args)
 
     pc = dy.ParameterCollection()
     model = Model(dy, pc, meta, args.hidden)

@@ -14,9 +14,9 @@ import time
 import numpy as np
 
 import _common
-from bench import data
 from bench.tasks.treelstm import Model
 from bench.vertex_tasks import TreeLSTM   # the cell, declared once as a vertex function
+from treelstm_sentiment import sst_data
 
 
 def main(argv=None):
@@ -29,15 +29,7 @@ def main(argv=None):
     fw = _common.framework(args)
     dy = fw.dy
 
-    if args.train:
-        train, meta = data.load_sst(args.train)
-        dev = data.load_sst(args.dev, meta["vocab"])[0] if args.dev else train[-args.n_dev:]
-        train = train if args.dev else train[:-args.n_dev]
-    else:
-        trees, meta = data.synthetic_sst(args.n_train + args.n_dev, seed=args.seed)
-        train, dev = trees[:args.n_train], trees[args.n_train:]
-    labels = np.bincount([t.label for t in train], minlength=5)
-    majority = np.mean([t.label == labels.argmax() for t in dev])
+    train, dev, meta, majority = sst_data(args)
 
     pc = dy.ParameterCollection()
     model = Model(dy, pc, meta, args.hidden)

@@ -1,7 +1,5 @@
 """Shared fixtures: every test starts from default settings, and `backend` runs a
 test body once per array backend (CuPy cases skip where there is no CUDA device)."""
-import os
-
 import numpy as np
 import pytest
 
