@@ -154,10 +154,6 @@ class Executor:
         a0 = g.args[i0]
         B = len(ids)
         shared = op.shared_of(len(a0))
-        if B > 1 and len(a0) > len(shared):
-            ids = self._in_input_order(ids, next(j for j in range(len(a0)) if j not in shared))
-            i0 = ids[0]
-            a0 = g.args[i0]
         sizes_flat = None
         if op.elementwise and B > 1:
             sz = g.sizes
@@ -205,18 +201,6 @@ class Executor:
         b.first = min(ids)
         self.batches.append(b)
         g.stats.sizes[g.sig_name(g.sigs[i0])].append(B)
-
-    def _in_input_order(self, ids, j):
-        """The batch's nodes ordered by where their j-th input lies in the arena. A
-        batch's order is free, and this one turns inputs that come from several earlier
-        batches laid out one after another (forward and backward LSTM gates, say) into
-        one contiguous block: a view instead of a gather, and a slice-add in backward."""
-        offs = self.offs
-        o = [offs[t[j]] for t in itemgetter(*ids)(self.g.args)]
-        for k in range(len(o) - 1):
-            if o[k] > o[k + 1]:
-                return [i for _, i in sorted(zip(o, ids))]
-        return ids
 
     def _wide(self, a0, xs, ins):
         """Gather all inputs of one wide node as one (n, *shape) block; False if their
