@@ -38,41 +38,17 @@ def _sum_pushed(lazy_out, name):
 
 # ---------------------------------------------------------------- models
 class TreeLSTM:
-    """The bench's DyNet-style Tree-LSTM: separate leaf and internal cells."""
+    """The bench's DyNet-style Tree-LSTM (separate leaf and internal cells), as the bench
+    declares it: lazy model bench/tasks/treelstm.py, vertex function bench/vertex_tasks.py."""
 
     def __init__(self, H=4, V=7, L=3):
-        self.pc = pc = dy.ParameterCollection()
-        self.E = pc.add_lookup_parameters((V, H))
-        self.W = [pc.add_parameters((H, H)) for _ in "iou"]
-        self.U = [pc.add_parameters((H, 2 * H)) for _ in "iou"]
-        self.Uf = [pc.add_parameters((H, H)) for _ in "lr"]
-        self.b = [pc.add_parameters(H) for _ in "iouf"]
-        self.Wout, self.bout = pc.add_parameters((L, H)), pc.add_parameters(L)
-
-        @dy.vertex_function(max_children=2)
-        def cell(v):
-            (Wi, Wo, Wu), (Ui, Uo, Uu), (Ufl, Ufr), (bi, bo, bu, bf) = self.W, self.U, self.Uf, self.b
-            if v.is_leaf:
-                x = self.E[v.pull("word")]
-                i = dy.logistic(dy.affine_transform([bi, Wi, x]))
-                o = dy.logistic(dy.affine_transform([bo, Wo, x]))
-                u = dy.tanh(dy.affine_transform([bu, Wu, x]))
-                c = dy.cmult(i, u)
-            else:
-                (hl, cl), (hr, cr) = v.gather(0), v.gather(1)
-                x = dy.concatenate([hl, hr])
-                i = dy.logistic(dy.affine_transform([bi, Ui, x]))
-                o = dy.logistic(dy.affine_transform([bo, Uo, x]))
-                u = dy.tanh(dy.affine_transform([bu, Uu, x]))
-                fl = dy.logistic(dy.affine_transform([bf, Ufl, hl]))
-                fr = dy.logistic(dy.affine_transform([bf, Ufr, hr]))
-                c = dy.esum([dy.cmult(i, u), dy.cmult(fl, cl), dy.cmult(fr, cr)])
-            h = dy.cmult(o, dy.tanh(c))
-            v.scatter(h, c)
-            v.push("h", h)
-            v.push("loss", dy.pickneglogsoftmax(dy.affine_transform([self.bout, self.Wout, h]), v.pull("label")))
-
-        self.cell = cell
+        from bench.tasks.treelstm import Model
+        from bench.vertex_tasks import TreeLSTM as VertexTreeLSTM
+        self.pc = dy.ParameterCollection()
+        meta = {"n_words": V, "n_labels": L}
+        model = Model(dy, self.pc, meta, H)
+        self.Wout, self.bout = model.W_out, model.b_out
+        self.cell = VertexTreeLSTM(dy, model, meta).cell
 
 
 def _random_tree(rng, n_leaves):
