@@ -47,6 +47,10 @@ def table(records, title=None):
             _f(r.get("fwd_batches_per_inst"), "%.2f"), _f(r.get("bwd_batches_per_inst"), "%.2f"),
             _f(r.get("build_s"), "%.3f"), _f(r.get("schedule_s"), "%.3f"), _f(r.get("forward_s"), "%.3f"),
             _f(r.get("backward_s"), "%.3f"), _f(r.get("update_s"), "%.3f"), _f(r.get("rss_delta_mb"), "%.0f")))
+    for r in ok:
+        if r.get("check_vs_lazy") is not None:
+            lines.append("check_vs_lazy (%s): max relative difference of loss and parameter gradients "
+                         "vs agenda on the first batch: %.1e" % (label(r), r["check_vs_lazy"]))
     return "\n".join(lines)
 
 
