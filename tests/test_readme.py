@@ -17,3 +17,10 @@ def test_readme_example_runs_and_batches(capsys):
     assert s["strategy"] == "agenda"
     assert s["forward_batches"] < s["nodes"] / 20      # 64 trees, thousands of nodes
     assert "strategy agenda:" in out
+
+
+def test_readme_vertex_function_example_runs(capsys):
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    code = next(b for b in blocks if "vertex_function" in b)
+    exec(compile(code, str(README), "exec"), {})
+    assert float(capsys.readouterr().out.splitlines()[0]) > 0
