@@ -124,6 +124,16 @@ def _log_softmax(xp, x):
     return z - xp.log(xp.exp(z).sum(axis=1, keepdims=True))
 
 
+def _shifted_exp(xp, x):
+    """(exp(x - max), max) row-wise, in one temporary: the common part of softmax
+    losses, written to touch the (B, n) block as few times as possible (n is the
+    vocabulary for language models, where this op is a third of the step)."""
+    m = x.max(axis=1, keepdims=True)
+    e = xp.subtract(x, m)
+    xp.exp(e, out=e)
+    return e, m
+
+
 @register
 class Softmax(Op):
     """Softmax over dimension 0 of each node (per column for matrices, as in DyNet)."""
@@ -133,7 +143,9 @@ class Softmax(Op):
         return shapes[0]
 
     def forward(self, xp, xs, attr, data):
-        return xp.exp(_log_softmax(xp, xs[0]))
+        e, _ = _shifted_exp(xp, xs[0])
+        e /= e.sum(axis=1, keepdims=True)
+        return e
 
     def backward(self, xp, xs, y, gy, attr, data):
         return [y * (gy - (gy * y).sum(axis=1, keepdims=True))]
@@ -155,7 +167,7 @@ class LogSoftmax(Op):
 
 @register
 class PickNegLogSoftmax(Op):
-    """-log softmax(x)[i] with the class i as per-node data."""
+    """-log softmax(x)[i] = logsumexp(x) - x[i], with the class i as per-node data."""
     name = "pickneglogsoftmax"
     has_data = True
 
@@ -164,15 +176,18 @@ class PickNegLogSoftmax(Op):
         return (1,)
 
     def forward(self, xp, xs, attr, data):
-        lp = _log_softmax(xp, xs[0])
-        rows = xp.arange(lp.shape[0])
-        return -lp[rows, xp.asarray(data)][:, None]
+        x = xs[0]
+        e, m = _shifted_exp(xp, x)
+        rows = xp.arange(x.shape[0])
+        return m + xp.log(e.sum(axis=1, keepdims=True)) - x[rows, xp.asarray(data)][:, None]
 
     def backward(self, xp, xs, y, gy, attr, data):
-        p = xp.exp(_log_softmax(xp, xs[0]))
-        rows = xp.arange(p.shape[0])
-        p[rows, xp.asarray(data)] -= 1
-        return [p * gy]
+        x = xs[0]
+        e, _ = _shifted_exp(xp, x)
+        e *= gy / e.sum(axis=1, keepdims=True)       # softmax, scaled by the incoming gradient
+        rows = xp.arange(x.shape[0])
+        e[rows, xp.asarray(data)] -= gy[:, 0]
+        return [e]
 
 
 @register
