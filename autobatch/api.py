@@ -103,14 +103,17 @@ def _dim(d) -> tuple:
 
 
 def zeros(dim) -> Expression:
+    """A constant of shape ``dim`` filled with 0."""
     return _graph().add(OPS["constant"], (), (_dim(dim), 0.0))
 
 
 def ones(dim) -> Expression:
+    """A constant of shape ``dim`` filled with 1."""
     return _graph().add(OPS["constant"], (), (_dim(dim), 1.0))
 
 
 def constant(dim, val: float) -> Expression:
+    """A constant of shape ``dim`` filled with ``val``."""
     return _graph().add(OPS["constant"], (), (_dim(dim), float(val)))
 
 
@@ -120,6 +123,7 @@ def parameter(p: Parameter, update: bool = True) -> Expression:
 
 
 def const_parameter(p: Parameter) -> Expression:
+    """Parameter p as an expression that receives no gradient."""
     return parameter(p, update=False)
 
 
@@ -142,6 +146,7 @@ def lookup(p: LookupParameter, index: int, update: bool = True) -> Expression:
 
 
 def const_lookup(p: LookupParameter, index: int) -> Expression:
+    """Row ``index`` of p, receiving no gradient."""
     return lookup(p, index, update=False)
 
 
@@ -171,27 +176,50 @@ def affine_transform(xs: Sequence) -> Expression:
 
 
 def dot_product(x, y) -> Expression:
+    """x·y for two vectors of shape (n,); shape (1,)."""
     return _op(OPS["dot_product"], x, y)
 
 
 def transpose(x) -> Expression:
+    """(m, n) -> (n, m); a vector (n,) becomes (1, n)."""
     return _op(OPS["transpose"], x)
 
 
 # --- elementwise --------------------------------------------------------------------
-def tanh(x) -> Expression: return _op1(_TANH, x)
-def logistic(x) -> Expression: return _op1(_LOGISTIC, x)
-def rectify(x) -> Expression: return _op1(_RECTIFY, x)
-def exp(x) -> Expression: return _op1(_EXP, x)
-def log(x) -> Expression: return _op1(_LOG, x)
-def sqrt(x) -> Expression: return _op1(_SQRT, x)
-def square(x) -> Expression: return _op1(_SQUARE, x)
-def abs(x) -> Expression: return _op1(_ABS, x)  # noqa: A001  (DyNet's name)
-def cmult(x, y) -> Expression: return _op(_CMULT, x, y)
-def cdiv(x, y) -> Expression: return _op(_CDIV, x, y)
+def tanh(x) -> Expression:
+    """Elementwise tanh; same shape."""
+    return _op1(_TANH, x)
+def logistic(x) -> Expression:
+    """Elementwise 1/(1+exp(-x)); same shape."""
+    return _op1(_LOGISTIC, x)
+def rectify(x) -> Expression:
+    """Elementwise max(x, 0); same shape."""
+    return _op1(_RECTIFY, x)
+def exp(x) -> Expression:
+    """Elementwise exp; same shape."""
+    return _op1(_EXP, x)
+def log(x) -> Expression:
+    """Elementwise natural log; same shape."""
+    return _op1(_LOG, x)
+def sqrt(x) -> Expression:
+    """Elementwise square root; same shape."""
+    return _op1(_SQRT, x)
+def square(x) -> Expression:
+    """Elementwise x²; same shape."""
+    return _op1(_SQUARE, x)
+def abs(x) -> Expression:
+    """Elementwise |x|; same shape."""
+    return _op1(_ABS, x)  # noqa: A001  (DyNet's name)
+def cmult(x, y) -> Expression:
+    """Elementwise product of two same-shape expressions."""
+    return _op(_CMULT, x, y)
+def cdiv(x, y) -> Expression:
+    """Elementwise x / y of two same-shape expressions."""
+    return _op(_CDIV, x, y)
 
 
 def elu(x, alpha: float = 1.0) -> Expression:
+    """Elementwise x if x > 0 else alpha·(exp(x)-1); same shape."""
     return _op(_ELU, x, attr=float(alpha))
 
 
@@ -202,37 +230,55 @@ def esum(xs: Sequence) -> Expression:
 
 
 def average(xs: Sequence) -> Expression:
+    """Mean of same-shape expressions."""
     return _opl(OPS["average"], list(xs))
 
 
 def emax(xs: Sequence) -> Expression:
+    """Elementwise maximum of same-shape expressions."""
     return _opl(OPS["emax"], list(xs))
 
 
 def bmax(x, y) -> Expression:
+    """Elementwise maximum of two same-shape expressions."""
     return emax([x, y])
 
 
 # --- reductions and losses -----------------------------------------------------------
-def sum_elems(x) -> Expression: return _op(OPS["sum_elems"], x)
-def mean_elems(x) -> Expression: return _op(OPS["mean_elems"], x)
-def squared_norm(x) -> Expression: return _op(OPS["squared_norm"], x)
-def l2_norm(x) -> Expression: return _op(OPS["l2_norm"], x)
-def squared_distance(x, y) -> Expression: return _op(OPS["squared_distance"], x, y)
-def binary_log_loss(x, y) -> Expression: return _op(OPS["binary_log_loss"], x, y)
+def sum_elems(x) -> Expression:
+    """Sum of all elements; shape (1,)."""
+    return _op(OPS["sum_elems"], x)
+def mean_elems(x) -> Expression:
+    """Mean of all elements; shape (1,)."""
+    return _op(OPS["mean_elems"], x)
+def squared_norm(x) -> Expression:
+    """Σ x²; shape (1,)."""
+    return _op(OPS["squared_norm"], x)
+def l2_norm(x) -> Expression:
+    """√Σ x²; shape (1,)."""
+    return _op(OPS["l2_norm"], x)
+def squared_distance(x, y) -> Expression:
+    """Σ (x - y)² of two same-shape expressions; shape (1,)."""
+    return _op(OPS["squared_distance"], x, y)
+def binary_log_loss(x, y) -> Expression:
+    """-Σ [y·log x + (1-y)·log(1-x)] for probabilities x, targets y; shape (1,)."""
+    return _op(OPS["binary_log_loss"], x, y)
 
 
 def max_dim(x, d: int = 0) -> Expression:
+    """Maximum along dimension d (the dimension is removed; a vector gives (1,))."""
     return _op(OPS["max_dim"], x, attr=int(d))
 
 
 def softmax(x, d: int = 0) -> Expression:
+    """Softmax over dimension 0 (each column of a matrix); same shape."""
     if d != 0:
         raise GraphError(f"softmax: only d=0 is supported, got d={d} [at {user_line()}]")
     return _op(OPS["softmax"], x)
 
 
 def log_softmax(x, restrict=None) -> Expression:
+    """log(softmax(x)) over dimension 0; same shape."""
     if restrict is not None:
         raise GraphError(f"log_softmax: restrict is not supported [at {user_line()}]")
     return _op(OPS["log_softmax"], x)
@@ -271,6 +317,7 @@ def pickneglogsoftmax(x, v: int) -> Expression:
 
 
 def hinge(x, index: int, m: float = 1.0) -> Expression:
+    """Σ_{j≠index} max(0, m - x[index] + x[j]) for a vector x; shape (1,)."""
     s = _shape(x)
     if _vertex_index(index, s[0]):
         return _op(OPS["hinge"], x, attr=float(m), data=index)
@@ -290,23 +337,28 @@ def pick(x, index: int, dim: int = 0) -> Expression:
 
 
 def pickrange(x, s: int, e: int, d: int = 0) -> Expression:
+    """Elements s..e-1 along dimension d: (n,) -> (e-s,)."""
     return _op(OPS["pickrange"], x, attr=(int(s), int(e), int(d)))
 
 
 def select_rows(x, rows) -> Expression:
+    """The given rows of a matrix (elements of a vector), in order, repeats allowed."""
     return _op(OPS["select_rows"], x, attr=tuple(int(r) for r in rows))
 
 
 def concatenate(xs: Sequence, d: int = 0) -> Expression:
+    """Join same-rank expressions along dimension d."""
     xs = list(xs)
     return _opl(OPS["concatenate"], xs, attr=int(d))
 
 
 def concatenate_cols(xs: Sequence) -> Expression:
+    """k vectors of shape (n,) become the columns of an (n, k) matrix."""
     return _opl(OPS["concatenate_cols"], list(xs))
 
 
 def reshape(x, d) -> Expression:
+    """The same elements in shape ``d`` (column-major, as in DyNet)."""
     return _op(OPS["reshape"], x, attr=_dim(d))
 
 
@@ -326,6 +378,7 @@ def dropout(x, p: float) -> Expression:
 
 
 def noise(x, stddev: float) -> Expression:
+    """x plus Gaussian noise of standard deviation ``stddev`` (seeded per node)."""
     g = _graph()
     return g.add(OPS["noise"], (_id(x, g),), float(stddev), _seed(g))
 
