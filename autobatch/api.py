@@ -189,30 +189,48 @@ def transpose(x) -> Expression:
 def tanh(x) -> Expression:
     """Elementwise tanh; same shape."""
     return _op1(_TANH, x)
+
+
 def logistic(x) -> Expression:
     """Elementwise 1/(1+exp(-x)); same shape."""
     return _op1(_LOGISTIC, x)
+
+
 def rectify(x) -> Expression:
     """Elementwise max(x, 0); same shape."""
     return _op1(_RECTIFY, x)
+
+
 def exp(x) -> Expression:
     """Elementwise exp; same shape."""
     return _op1(_EXP, x)
+
+
 def log(x) -> Expression:
     """Elementwise natural log; same shape."""
     return _op1(_LOG, x)
+
+
 def sqrt(x) -> Expression:
     """Elementwise square root; same shape."""
     return _op1(_SQRT, x)
+
+
 def square(x) -> Expression:
     """Elementwise x²; same shape."""
     return _op1(_SQUARE, x)
+
+
 def abs(x) -> Expression:
     """Elementwise |x|; same shape."""
     return _op1(_ABS, x)  # noqa: A001  (DyNet's name)
+
+
 def cmult(x, y) -> Expression:
     """Elementwise product of two same-shape expressions."""
     return _op(_CMULT, x, y)
+
+
 def cdiv(x, y) -> Expression:
     """Elementwise x / y of two same-shape expressions."""
     return _op(_CDIV, x, y)
@@ -248,18 +266,28 @@ def bmax(x, y) -> Expression:
 def sum_elems(x) -> Expression:
     """Sum of all elements; shape (1,)."""
     return _op(OPS["sum_elems"], x)
+
+
 def mean_elems(x) -> Expression:
     """Mean of all elements; shape (1,)."""
     return _op(OPS["mean_elems"], x)
+
+
 def squared_norm(x) -> Expression:
     """Σ x²; shape (1,)."""
     return _op(OPS["squared_norm"], x)
+
+
 def l2_norm(x) -> Expression:
     """√Σ x²; shape (1,)."""
     return _op(OPS["l2_norm"], x)
+
+
 def squared_distance(x, y) -> Expression:
     """Σ (x - y)² of two same-shape expressions; shape (1,)."""
     return _op(OPS["squared_distance"], x, y)
+
+
 def binary_log_loss(x, y) -> Expression:
     """-Σ [y·log x + (1-y)·log(1-x)] for probabilities x, targets y; shape (1,)."""
     return _op(OPS["binary_log_loss"], x, y)
