@@ -21,7 +21,7 @@ _EXP, _LOG, _SQRT, _SQUARE, _ABS = OPS["exp"], OPS["log"], OPS["sqrt"], OPS["squ
 _ADD, _SUB, _CMULT, _CDIV = OPS["add"], OPS["sub"], OPS["cmult"], OPS["cdiv"]
 _SCALE, _SDIV = OPS["scale_shift"], OPS["scalar_div"]
 _MM_SHARED, _MM, _AFFINE = OPS["matmul_shared"], OPS["matmul"], OPS["affine"]
-_LOOKUP = OPS["lookup"]
+_LOOKUP, _PNLS, _CONCAT, _PICKRANGE = OPS["lookup"], OPS["pickneglogsoftmax"], OPS["concatenate"], OPS["pickrange"]
 
 
 def _graph() -> ComputationGraph:
@@ -54,7 +54,14 @@ def _op(op, *xs, attr=None, data=None) -> Expression:
 def _op1(op, x) -> Expression:
     """Unary op without attributes: the most common call, kept short."""
     g = _S.graph or cg()
-    return g.add(op, (x.i if type(x) is Expression and x.cg is g else _id(x, g, op),))
+    return g.add1(op, x.i if type(x) is Expression and x.cg is g else _id(x, g, op))
+
+
+def _op2(op, x, y) -> Expression:
+    """Binary op without attributes (cmult, +, -): the second most common call."""
+    g = _S.graph or cg()
+    return g.add2(op, x.i if type(x) is Expression and x.cg is g else _id(x, g, op),
+                  y.i if type(y) is Expression and y.cg is g else _id(y, g, op))
 
 
 def _opl(op, xs: Sequence, attr=None, data=None) -> Expression:
@@ -129,6 +136,9 @@ def const_parameter(p: Parameter) -> Expression:
 
 def lookup(p: LookupParameter, index: int, update: bool = True) -> Expression:
     """Row ``index`` of table p, shape p.shape()[1:]."""
+    g = _S.graph or cg()
+    if type(index) is int and type(p) is LookupParameter and update is True and 0 <= index < p.value.shape[0]:
+        return g.add1(_LOOKUP, g.pid(p), index, True)    # the common case, checked in one line
     if not isinstance(p, LookupParameter):
         raise TypeError(f"lookup: needs a LookupParameter, got {type(p).__name__} [at {user_line()}]")
     if _vertex_index(index, p.value.shape[0]):
@@ -165,8 +175,8 @@ def affine_transform(xs: Sequence) -> Expression:
     g = _S.graph or cg()
     if len(xs) == 3:                 # the common b + W·x: no generic checks
         b, w, x = xs
-        if isinstance(b, Parameter) and isinstance(w, Parameter) and type(x) is Expression and x.cg is g:
-            return g.add(_AFFINE, (g.pid(b), g.pid(w), x.i))
+        if type(x) is Expression and x.cg is g and isinstance(b, Parameter) and isinstance(w, Parameter):
+            return g.add_affine(_AFFINE, b, w, x.i)
     if len(xs) % 2 == 0:
         raise GraphError(f"affine_transform: needs [b, W1, x1, W2, x2, ...], got {len(xs)} items [at {user_line()}]")
     if all(_is_param_node(xs[k], g) for k in [0] + list(range(1, len(xs), 2))):
@@ -228,12 +238,12 @@ def abs(x) -> Expression:
 
 def cmult(x, y) -> Expression:
     """Elementwise product of two same-shape expressions."""
-    return _op(_CMULT, x, y)
+    return _op2(_CMULT, x, y)
 
 
 def cdiv(x, y) -> Expression:
     """Elementwise x / y of two same-shape expressions."""
-    return _op(_CDIV, x, y)
+    return _op2(_CDIV, x, y)
 
 
 def elu(x, alpha: float = 1.0) -> Expression:
@@ -244,6 +254,10 @@ def elu(x, alpha: float = 1.0) -> Expression:
 def esum(xs: Sequence) -> Expression:
     """Sum of same-shape expressions."""
     xs = list(xs)
+    g = _S.graph
+    ids = [x.i for x in xs if type(x) is Expression and x.cg is g]
+    if len(ids) == len(xs) > 1:                         # the common case: no conversions
+        return g.add2(_ADD, ids[0], ids[1]) if len(ids) == 2 else g.add(_ADD, tuple(ids))
     return xs[0] if len(xs) == 1 and type(xs[0]) is Expression else _opl(_ADD, xs)
 
 
@@ -337,6 +351,9 @@ def _vertex_index(i, n) -> bool:
 
 def pickneglogsoftmax(x, v: int) -> Expression:
     """-log softmax(x)[v], shape (1,)."""
+    g = _S.graph
+    if type(v) is int and type(x) is Expression and x.cg is g and 0 <= v < g.shapes[x.i][0]:
+        return g.add1(_PNLS, x.i, v)                    # the common case, checked in one line
     s = _shape(x)
     if _vertex_index(v, s[0]):
         return _op(OPS["pickneglogsoftmax"], x, data=v)
@@ -366,6 +383,9 @@ def pick(x, index: int, dim: int = 0) -> Expression:
 
 def pickrange(x, s: int, e: int, d: int = 0) -> Expression:
     """Elements s..e-1 along dimension d: (n,) -> (e-s,)."""
+    g = _S.graph
+    if type(x) is Expression and x.cg is g and type(s) is int and type(e) is int and d == 0:
+        return g.add(_PICKRANGE, (x.i,), (s, e, 0))      # the common case: no conversions
     return _op(OPS["pickrange"], x, attr=(int(s), int(e), int(d)))
 
 
@@ -377,7 +397,11 @@ def select_rows(x, rows) -> Expression:
 def concatenate(xs: Sequence, d: int = 0) -> Expression:
     """Join same-rank expressions along dimension d."""
     xs = list(xs)
-    return _opl(OPS["concatenate"], xs, attr=int(d))
+    g = _S.graph
+    ids = [x.i for x in xs if type(x) is Expression and x.cg is g]
+    if len(ids) == len(xs) > 0 and type(d) is int:       # the common case: no conversions
+        return g.add(_CONCAT, tuple(ids), d)
+    return _opl(_CONCAT, xs, attr=int(d))
 
 
 def concatenate_cols(xs: Sequence) -> Expression:
@@ -424,7 +448,7 @@ def _add(a, b):
         return _op(_SCALE, a, attr=(1.0, float(b)))
     if _num(a):
         return _op(_SCALE, b, attr=(1.0, float(a)))
-    return _op(_ADD, a, b)
+    return _op2(_ADD, a, b)
 
 
 def _sub(a, b):
@@ -432,7 +456,7 @@ def _sub(a, b):
         return _op(_SCALE, a, attr=(1.0, -float(b)))
     if _num(a):
         return _op(_SCALE, b, attr=(-1.0, float(a)))
-    return _op(_SUB, a, b)
+    return _op2(_SUB, a, b)
 
 
 def _mul(a, b):
@@ -448,7 +472,7 @@ def _div(a, b):
         return _op(_SCALE, a, attr=(1.0 / float(b), 0.0))
     if _num(a):
         return _op(_SDIV, b, attr=float(a))
-    return _op(_CDIV, a, b)
+    return _op2(_CDIV, a, b)
 
 
 def _getitem(x, k):

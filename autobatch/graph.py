@@ -80,6 +80,8 @@ class ComputationGraph:
         self.pnode: dict = {}       # (id(param), update) -> node
         self._pfast: dict = {}      # param -> node, for update=True
         self._sigtab: dict = {}     # per-graph signature interning (shared node ids are per graph)
+        self._fast: dict = {}       # add1/add2 caches (signatures are per graph)
+        self._faff: dict = {}       # add_affine cache
         self.sig_op: list = []      # signature -> op (tie-breaks, stats)
         self.stats = Stats()
         self.exe = Executor(self)
@@ -193,6 +195,101 @@ class ComputationGraph:
         e.i = n
         return e
 
+    # Fast paths for the common node kinds. Each caches, per graph, everything add()
+    # derives from the inputs' shapes (output shape, size, this graph's signature), so a
+    # repeated pattern costs one dict lookup and the appends. Only ops whose signature does
+    # not depend on node ids are cached this way (no shared inputs, batchable, no attr).
+    def add1(self, op, a: int, data: Any = None, shared: bool = False) -> "Expression":
+        """add(op, (a,), None, data) for an op without attr (tanh, pick, ...). shared:
+        a is the op's shared input (a lookup's table), so the cache is keyed by node a."""
+        key = (op, a) if shared else (op, self.shapes[a])
+        r = self._fast.get(key)
+        if r is None:
+            return self._add_caching(op, (a,), key, data, shared)
+        depths, needs, uses = self.depths, self.needs, self.uses
+        depths.append(depths[a] + 1)
+        needs.append(r[3] and needs[a])
+        uses[a] += 1
+        uses.append(0)
+        n = len(self.ops)
+        self.ops.append(op)
+        self.args.append((a,))
+        self.attrs.append(None)
+        self.datas.append(data)
+        self.shapes.append(r[0])
+        self.sizes.append(r[1])
+        self.sigs.append(r[2])
+        e = _new_expr(Expression)
+        e.cg = self
+        e.i = n
+        return e
+
+    def add2(self, op, a: int, b: int) -> "Expression":
+        """add(op, (a, b)) for an op without attr or data (cmult, add, ...)."""
+        shapes = self.shapes
+        r = self._fast.get((op, shapes[a], shapes[b]))
+        if r is None:
+            return self._add_caching(op, (a, b), (op, shapes[a], shapes[b]))
+        depths, needs, uses = self.depths, self.needs, self.uses
+        d = depths[a]
+        if depths[b] > d:
+            d = depths[b]
+        depths.append(d + 1)
+        needs.append(r[3] and (needs[a] or needs[b]))
+        uses[a] += 1
+        uses[b] += 1
+        uses.append(0)
+        n = len(self.ops)
+        self.ops.append(op)
+        self.args.append((a, b))
+        self.attrs.append(None)
+        self.datas.append(None)
+        shapes.append(r[0])
+        self.sizes.append(r[1])
+        self.sigs.append(r[2])
+        e = _new_expr(Expression)
+        e.cg = self
+        e.i = n
+        return e
+
+    def add_affine(self, op, b, w, x: int) -> "Expression":
+        """b + W·x with Parameters b and W: keyed by the parameter objects, so the two
+        parameter-node lookups and the signature come from one dict lookup."""
+        key = (b, w, self.shapes[x])
+        r = self._faff.get(key)
+        if r is None:
+            e = self.add(op, (self.pid(b), self.pid(w), x))
+            r = _RULES[(op, tuple([self.shapes[a] for a in self.args[e.i]]), None)]
+            self._faff[key] = (self.args[e.i][0], self.args[e.i][1], r[0], r[1], self.sigs[e.i], op.differentiable)
+            return e
+        pb, pw = r[0], r[1]
+        depths, needs, uses = self.depths, self.needs, self.uses
+        depths.append(depths[x] + 1)    # parameters have depth 0
+        needs.append(r[5] and (needs[pb] or needs[pw] or needs[x]))
+        uses[pb] += 1
+        uses[pw] += 1
+        uses[x] += 1
+        uses.append(0)
+        n = len(self.ops)
+        self.ops.append(op)
+        self.args.append((pb, pw, x))
+        self.attrs.append(None)
+        self.datas.append(None)
+        self.shapes.append(r[2])
+        self.sizes.append(r[3])
+        self.sigs.append(r[4])
+        e = _new_expr(Expression)
+        e.cg = self
+        e.i = n
+        return e
+
+    def _add_caching(self, op, args, key, data=None, by_node=False):
+        e = self.add(op, args, None, data)
+        r = _RULES[(op, tuple([self.shapes[a] for a in args]), None)]
+        if r[2] is not None and (not r[3] or by_node):
+            self._fast[key] = (r[0], r[1], self.sigs[e.i], op.differentiable)
+        return e
+
     def pid(self, p, update: bool = True) -> int:
         """Node id of parameter p in this graph (created on first use)."""
         if update is True:
@@ -267,6 +364,16 @@ class _DebugGraph(ComputationGraph):
         e = ComputationGraph.add(self, op, args, attr, data)
         self.where[e.i] = user_site()
         return e
+
+    # the fast paths bypass add(): route them through it so every node is recorded
+    def add1(self, op, a, data=None, shared=False):
+        return self.add(op, (a,), None, data)
+
+    def add2(self, op, a, b):
+        return self.add(op, (a, b))
+
+    def add_affine(self, op, b, w, x):
+        return self.add(op, (self.pid(b), self.pid(w), x))
 
 
 class Expression:

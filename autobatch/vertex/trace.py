@@ -91,6 +91,15 @@ class TraceGraph:
         n = self._new((OP, op, tuple(args), attr, data, dkind), op, out)
         return Expression(self, n)
 
+    def add1(self, op, a, data=None, shared=False):
+        return self.add(op, (a,), None, data)
+
+    def add2(self, op, a, b):
+        return self.add(op, (a, b))
+
+    def add_affine(self, op, b, w, x):
+        return self.add(op, (self.pid(b), self.pid(w), x))
+
     def pid(self, p, update=True):
         key = (id(p), bool(update))
         n = self.pnode.get(key)
