@@ -14,12 +14,13 @@ from functools import lru_cache
 
 import numpy as np
 
-NAMES = ["treelstm", "treefc", "rnnlm", "bilstm"]
+NAMES = ["treelstm", "treefc", "rnnlm", "bilstm", "bilstm_char"]
 
 
 def get(name):
     try:
-        return {"treelstm": TreeLSTM, "treefc": TreeFC, "rnnlm": RNNLM, "bilstm": BiLSTM}[name]
+        return {"treelstm": TreeLSTM, "treefc": TreeFC, "rnnlm": RNNLM, "bilstm": BiLSTM,
+                "bilstm_char": BiLSTMChar}[name]
     except KeyError:
         raise ValueError("no vertex version of task %r (have: %s)" % (name, ", ".join(NAMES))) from None
 
@@ -128,8 +129,9 @@ class TreeFC:
 
 
 # ---------------------------------------------------------------- LSTM chains
-def lstm_chain(dy, builder, pull="x", lookup=None):
+def lstm_chain(dy, builder, pull="x", lookup=None, x_of=None):
     """A vertex function for one layer of a bench VanillaLSTMBuilder: vertex t gathers step t-1.
+    Its input is lookup[v.pull(pull)], or v.pull(pull) without a lookup, or x_of(v).
 
     W_x·x is written as its own affine so that it does not depend on gather: the engine then
     runs it once over every token of the call (lazy batching) instead of once per step; the
@@ -139,7 +141,10 @@ def lstm_chain(dy, builder, pull="x", lookup=None):
 
     @dy.vertex_function(max_children=1)
     def step(v):
-        x = lookup[v.pull(pull)] if lookup is not None else v.pull(pull)
+        if x_of is not None:
+            x = x_of(v)
+        else:
+            x = lookup[v.pull(pull)] if lookup is not None else v.pull(pull)
         a = dy.affine_transform([b, Wx, x])
         if not v.is_leaf:
             h0, c0 = v.gather(0)
@@ -192,6 +197,10 @@ class BiLSTM:
         self.m = m
         self.fwd = lstm_chain(dy, m.fwd, pull="word", lookup=m.E)
         self.bwd = lstm_chain(dy, m.bwd, pull="word", lookup=m.E)
+        self.mlp = self.mlp_function(dy, m)
+
+    @staticmethod
+    def mlp_function(dy, m):
         W_h, b_h, W_o, b_o = m.W_h, m.b_h, m.W_o, m.b_o
 
         @dy.vertex_function(max_children=0)
@@ -200,7 +209,7 @@ class BiLSTM:
             s = dy.affine_transform([b_o, W_o, dy.tanh(dy.affine_transform([b_h, W_h, x]))])
             v.push("loss", dy.pickneglogsoftmax(s, v.pull("tag")))
 
-        self.mlp = mlp
+        return mlp
 
     def batch_loss(self, dy, batch):
         vocab = self.m.vocab
@@ -214,6 +223,72 @@ class BiLSTM:
             tags.append(list(ts))
         f = self.fwd(fg, word=words)["h"]
         b = self.bwd(bg, word=words)["h"]
+        return dy.sum_elems(self.mlp(flat, f=f, b=b, tag=tags)["loss"])
+
+
+class BiLSTMChar(BiLSTM):
+    """The tagger whose rare words are read by a char BiLSTM: one call per char direction
+    over the char chains of every rare token of the minibatch, their final states become a
+    lazy (n_rare, 128) Expression, and the word chains pull a row of it for rare tokens
+    (kind 1) and look up the word embedding for the others (kind 0)."""
+
+    def __init__(self, dy, m, meta):
+        self.m = m
+        self.cf = lstm_chain(dy, m.cfwd, pull="char", lookup=m.C)
+        self.cb = lstm_chain(dy, m.cbwd, pull="char", lookup=m.C)
+
+        def x_of(v):
+            return m.E[v.pull("word")] if v.kind == 0 else v.pull("crep")
+
+        self.fwd = lstm_chain(dy, m.fwd, x_of=x_of)
+        self.bwd = lstm_chain(dy, m.bwd, x_of=x_of)
+        self.mlp = self.mlp_function(dy, m)
+
+    def _char_reps(self, dy, batch):
+        """(n_rare, 128) Expression of [char fwd final; char bwd final] per rare token, in
+        token order; None when no token is rare."""
+        from bench.tasks.bilstm_char import RARE
+        m = self.m
+        pad = m.chars.get("<w>")
+        fg, bg, cids = [], [], []
+        for ws, _ in batch:
+            for w in ws:
+                if m.counts.get(w, 0) < RARE:
+                    cs = [pad] + [m.chars.get(ch) for ch in w] + [pad]
+                    fg.append(dy.InputGraph.chain(len(cs)))
+                    bg.append(dy.InputGraph([[t + 1] for t in range(len(cs) - 1)] + [[]]))
+                    cids.append(cs)
+        if not cids:
+            return None
+        ends = np.cumsum([len(c) for c in cids])
+        f = dy.select_rows(self.cf(fg, char=cids)["h"], [int(e) - 1 for e in ends])      # last char
+        b = dy.select_rows(self.cb(bg, char=cids)["h"], [0] + [int(e) for e in ends[:-1]])  # first char
+        return dy.concatenate([f, b], d=1)
+
+    def batch_loss(self, dy, batch):
+        from bench.tasks.bilstm_char import RARE
+        m, vocab = self.m, self.m.vocab
+        crep = self._char_reps(dy, batch)
+        fg, bg, flat, words, tags, kinds, rows = [], [], [], [], [], [], []
+        k = 0
+        for ws, ts in batch:
+            n = len(ws)
+            fg.append(dy.InputGraph.chain(n))
+            bg.append(dy.InputGraph([[t + 1] for t in range(n - 1)] + [[]]))
+            flat.append(dy.InputGraph([[]] * n))
+            words.append([vocab.get(w) for w in ws])
+            tags.append(list(ts))
+            for w in ws:
+                rare = m.counts.get(w, 0) < RARE
+                kinds.append(int(rare))
+                rows.append(k if rare else 0)   # kind-0 vertices do not pull their row
+                k += rare
+        pulls = dict(word=words)
+        if crep is not None:
+            pulls["crep"] = dy.select_rows(crep, rows)
+        kind = np.asarray(kinds, dtype=np.int64)
+        f = self.fwd(fg, kind=kind, **pulls)["h"]
+        b = self.bwd(bg, kind=kind, **pulls)["h"]
         return dy.sum_elems(self.mlp(flat, f=f, b=b, tag=tags)["loss"])
 
 

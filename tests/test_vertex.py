@@ -349,3 +349,16 @@ def test_treelstm_vertex_example_trains():
     losses = [h[0] for h in history]
     assert losses[-1] < 0.85 * losses[0], losses
     assert all(np.isfinite(losses))
+
+
+@pytest.mark.parametrize("task", ["treelstm", "treefc", "rnnlm", "bilstm", "bilstm_char"])
+def test_bench_vertex_versions_match_their_lazy_models(f64, task):
+    """Every bench task's vertex version computes its lazy model's loss and gradients
+    (bilstm_char mixes four vertex calls with lazy select_rows/concatenate in between)."""
+    from bench import tasks, vertex_tasks
+    t = tasks.get(task)
+    data, meta = t.data(6, seed=3)
+    pc = dy.ParameterCollection()
+    model = t.Model(dy, pc, meta, 8)
+    assert task in vertex_tasks.NAMES
+    assert vertex_tasks.check_vs_lazy(dy, task, model, pc, meta, data) < 1e-9
