@@ -177,10 +177,11 @@ class VertexFunction:
                 best = k
         if best is not None:
             return self._free.pop(best)
-        if len(self._free) > 2:
-            self._free.sort(key=lambda b: b.shape[0])
-            del self._free[0]
-        return xp.empty(n, dtype=dtype)
+        # none fits: the free ones are too small for runs of this size, so they go (keeping
+        # them would hold several arenas at once), and the new one has headroom for the
+        # next minibatches, whose sizes vary
+        self._free = [b for b in self._free if b.dtype != dtype or not isinstance(b, xp.ndarray)]
+        return xp.empty(n + n // 4, dtype=dtype)
 
     # ------------------------------------------------------------------ tracing
     def _trace(self, arity, kind, pulls):
