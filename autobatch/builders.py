@@ -30,12 +30,22 @@ class _Run:
     """What one initial_state() fixes for a sequence: the parameter nodes of the
     current graph and the dropout masks (masks stay the same along the sequence)."""
 
-    __slots__ = ("exprs", "masks_x", "masks_h")
+    __slots__ = ("exprs", "masks_x", "masks_h", "cells")
 
     def __init__(self, exprs, masks_x, masks_h):
         self.exprs = exprs
         self.masks_x = masks_x
         self.masks_h = masks_h
+        self.cells = {}     # node of an lstm_cell [h; c] -> its c slice, made once for s()
+
+    def cell(self, c, H):
+        """c as the (H,) cell vector: itself, or the slice of an lstm_cell output."""
+        if _shape_of(c) == (H,):
+            return c
+        e = self.cells.get(c.i)
+        if e is None:
+            e = self.cells[c.i] = dy.pickrange(c, H, 2 * H)
+        return e
 
 
 class RNNState:
@@ -78,7 +88,10 @@ class RNNState:
         """The full state: LSTM (c_1..c_L, h_1..h_L), otherwise h_1..h_L."""
         if not self._hs:
             return ()
-        return tuple(self._cs) + tuple(self._hs) if self._cs is not None else tuple(self._hs)
+        if self._cs is None:
+            return tuple(self._hs)
+        H = self._b.hidden_dim
+        return tuple([self._run.cell(c, H) for c in self._cs]) + tuple(self._hs)
 
     def prev(self) -> Optional["RNNState"]:
         return self._prev
@@ -256,15 +269,10 @@ class VanillaLSTMBuilder(_Builder):
             if mh is not None:
                 h = dy.cmult(h, mh)
             a = dy.affine_transform([b, Wx, x, Wh, h])
-        i = dy.logistic(dy.pickrange(a, 0, H))
-        o = dy.logistic(dy.pickrange(a, 2 * H, 3 * H))
-        g = dy.tanh(dy.pickrange(a, 3 * H, 4 * H))
-        if c is None:
-            c_new = dy.cmult(i, g)
-        else:
-            f = dy.logistic(dy.pickrange(a, H, 2 * H))
-            c_new = dy.cmult(f, c) + dy.cmult(i, g)
-        return dy.cmult(o, dy.tanh(c_new)), c_new
+        # one fused node for the gates (see ops/cells.py); the state keeps the cell node
+        # [h; c] itself as "c" (the next step reads its second half), and s() slices it
+        y = dy.lstm_cell(a) if c is None else dy.lstm_cell(a, c)
+        return dy.pickrange(y, 0, H), y
 
 
 LSTMBuilder = VanillaLSTMBuilder

@@ -183,7 +183,7 @@ class Executor:
         n = y.size
         off = self._alloc(n, n // B if sizes_flat is None else 1)
         view = self.buf[off:off + n]
-        view[...] = y.reshape(-1)
+        view.reshape(y.shape)[...] = y      # one strided copy, whatever y's layout
         offs = self.offs
         if sizes_flat is None:
             s = n // B

@@ -179,6 +179,12 @@ GRAD_ROWS = {
     "dropout": lambda c, k: (red(dy.dropout(c.mix(k), 0.4), k) + red(dy.dropout(c.m(k), 0.3), k)
                              + red(dy.dropout(c.P.b, 0.5), k)),
     "vertex_call": _vertex_row,
+    # gates (4H,) with H = 3 from stacked and parameter sources; c_prev as a vector (H,),
+    # as the previous cell's [h; c] (2H,), and absent (first step)
+    "lstm_cell": lambda c, k: (red(dy.lstm_cell(dy.concatenate([c.h(k), c.e(k), c.h(k), c.e(k)]), c.e(k)), k)
+                               + red(dy.lstm_cell(dy.concatenate([c.P.b, c.h(k), c.e(k), c.P.b]),
+                                                  dy.lstm_cell(dy.concatenate([c.e(k), c.h(k), c.h(k), c.e(k)]))), k)
+                               + red(dy.lstm_cell(dy.concatenate([c.h(k), c.h(k), c.e(k), c.e(k)]), c.P.b), k)),
     "noise": lambda c, k: red(dy.square(dy.noise(c.mix(k), 0.5)), k) + red(dy.noise(c.m(k), 0.3), k),
 }
 

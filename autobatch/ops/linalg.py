@@ -15,6 +15,10 @@ def _mv_shape(name, w, x):
 def _wx(xp, w, x):
     """W (m,n) times a stack X (B,n) or (B,n,k)."""
     if x.ndim == 2:
+        if x.shape[0] <= 256 and xp.__name__ == "numpy":
+            # OpenBLAS runs W·Xᵀ (big operand on the left, no transposed W) 1.2-2x faster
+            # than X·Wᵀ for small batches; the transposed result is copied into the arena anyway
+            return (w @ x.T).T
         return x @ w.T
     return xp.matmul(w, x)
 

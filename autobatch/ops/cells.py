@@ -1,0 +1,95 @@
+"""Fused recurrent cells. The elementwise part of an LSTM step written with separate ops is
+a dozen small nodes (four slices, three logistics, two tanh, three products, a sum), each
+its own batch with its own gathers; as one op it is one batch per step that reads the gate
+block once. The LSTM builders use it; the result equals the separate ops up to rounding."""
+from __future__ import annotations
+
+from .base import Op, ShapeError, register
+
+
+def _gates(xp, a):
+    """σ(i), σ(f), σ(o), tanh(g) of the stacked pre-activations a = [i; f; o; g] (B, 4H),
+    as one (B, 4H) block (σ(x) = (tanh(x/2)+1)/2: no exp overflow)."""
+    H = a.shape[1] // 4
+    z = xp.empty_like(a)
+    s = z[:, :3 * H]
+    xp.multiply(a[:, :3 * H], 0.5, out=s)
+    xp.tanh(s, out=s)
+    s += 1
+    s *= 0.5
+    xp.tanh(a[:, 3 * H:], out=z[:, 3 * H:])
+    return z
+
+
+@register
+class LSTMCell(Op):
+    """lstm_cell(a[, c_prev]) -> [h; c] of shape (2H,), from the gate pre-activations
+    a = [i; f; o; g] (4H,) and the previous cell c_prev, given either as a vector (H,) or as
+    the previous step's [h; c] (2H,) (its second half is used)::
+
+        c = σ(f)⊙c_prev + σ(i)⊙tanh(g)      (without c_prev: σ(i)⊙tanh(g))
+        h = σ(o)⊙tanh(c)
+    """
+    name = "lstm_cell"
+
+    def shape(self, shapes, attr):
+        a = shapes[0]
+        if len(a) != 1 or a[0] % 4 or len(shapes) > 2:
+            raise ShapeError(f"lstm_cell: needs gate pre-activations of shape (4H,) and optionally the "
+                             f"previous cell, got {list(shapes)}")
+        H = a[0] // 4
+        if len(shapes) == 2 and shapes[1] not in ((H,), (2 * H,)):
+            raise ShapeError(f"lstm_cell: the previous cell must have shape ({H},) or ({2 * H},) "
+                             f"for gates of shape {a}, got {shapes[1]}")
+        return (2 * H,)
+
+    @staticmethod
+    def _c_prev(xs, H):
+        if len(xs) < 2:
+            return None
+        c = xs[1]
+        return c if c.shape[1] == H else c[:, H:]
+
+    def forward(self, xp, xs, attr, data):
+        a = xs[0]
+        H = a.shape[1] // 4
+        z = _gates(xp, a)
+        y = xp.empty((a.shape[0], 2 * H), dtype=a.dtype)
+        h, c = y[:, :H], y[:, H:]
+        xp.multiply(z[:, :H], z[:, 3 * H:], out=c)
+        cp = self._c_prev(xs, H)
+        if cp is not None:
+            c += z[:, H:2 * H] * cp
+        xp.tanh(c, out=h)
+        h *= z[:, 2 * H:3 * H]
+        return y
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        a = xs[0]
+        H = a.shape[1] // 4
+        z = _gates(xp, a)                     # recomputed: cheaper than keeping (B, 4H) per step
+        i, f, o, g = z[:, :H], z[:, H:2 * H], z[:, 2 * H:3 * H], z[:, 3 * H:]
+        tc = xp.tanh(y[:, H:])
+        gh = gy[:, :H]
+        gc = gh * o
+        gc *= 1 - tc * tc
+        gc += gy[:, H:]
+        ga = xp.empty_like(a)
+        xp.multiply(gc, g, out=ga[:, :H])
+        ga[:, :H] *= i * (1 - i)
+        xp.multiply(gh, tc, out=ga[:, 2 * H:3 * H])
+        ga[:, 2 * H:3 * H] *= o * (1 - o)
+        xp.multiply(gc, i, out=ga[:, 3 * H:])
+        ga[:, 3 * H:] *= 1 - g * g
+        cp = self._c_prev(xs, H)
+        if cp is None:
+            ga[:, H:2 * H] = 0
+            return [ga]
+        xp.multiply(gc, cp, out=ga[:, H:2 * H])
+        ga[:, H:2 * H] *= f * (1 - f)
+        gcp = gc * f
+        if xs[1].shape[1] == H:
+            return [ga, gcp]
+        g2 = xp.zeros_like(xs[1])
+        g2[:, H:] = gcp
+        return [ga, g2]
