@@ -196,3 +196,26 @@ def test_context_manager_closes_graph_on_error(m):
     assert not g.alive
     assert dy.sum_elems(_step(m, dy.zeros(3), 0)).value() == pytest.approx(
         float(np.tanh(m["E"].as_array()[0] + m["b"].as_array()).sum()), rel=1e-5)
+
+
+def test_engine_pauses_the_cycle_collector_and_restores_it(monkeypatch):
+    """forward/backward run with gc paused (a full collection would walk the whole graph);
+    afterwards the user's setting is back, also when a kernel raised."""
+    import gc
+    from autobatch.ops import OPS
+    seen = []
+
+    def boom(xp, xs, attr, data):
+        seen.append(gc.isenabled())
+        raise RuntimeError("boom")
+    monkeypatch.setattr(OPS["tanh"], "forward", boom)
+    for user_setting in (True, False):
+        (gc.enable if user_setting else gc.disable)()
+        try:
+            dy.renew_cg()
+            with pytest.raises(RuntimeError):
+                dy.tanh(dy.inputVector([1.0, 2.0])).value()
+            assert gc.isenabled() is user_setting
+        finally:
+            gc.enable()
+    assert seen == [False, False]
