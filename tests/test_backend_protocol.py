@@ -213,3 +213,17 @@ def test_unknown_backend_name_is_rejected():
     with pytest.raises(ValueError, match="unknown backend"):
         dy.set_backend("opencl")
     assert runtime.state().backend_name == "numpy"
+
+
+@pytest.mark.parametrize("n", [5, 3000])
+def test_numpy_add_rows_sums_repeated_rows(n):
+    """Both paths of add_rows (np.add.at for few rows, sort + reduceat for many) add every
+    repeated row's values, into a table with existing content."""
+    rng = np.random.default_rng(n)
+    table = rng.normal(size=(50, 3))
+    rows = rng.integers(0, 50, n)
+    vals = rng.normal(size=(n, 3))
+    want = table.copy()
+    np.add.at(want, rows, vals)
+    NumpyBackend().add_rows(table, rows, vals)
+    np.testing.assert_allclose(table, want, rtol=1e-12, atol=1e-12)
