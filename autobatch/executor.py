@@ -164,6 +164,12 @@ class Executor:
         if B == 1 or o == list(range(o0, o0 + B * size, size)):
             st.copies_skipped += 1
             return self.buf[o0:o0 + B * size].reshape((B,) + shape), ("view", srcs, o0)
+        step = o[1] - o0
+        if step > size and o == list(range(o0, o0 + B * step, step)):
+            # evenly spaced blocks (the left or right children of a tree level): a strided
+            # view, no copy; backward adds into the same view
+            st.copies_skipped += 1
+            return self._rows(self.buf, o0, B, size, step).reshape((B,) + shape), ("strided", srcs, (o0, step))
         st.copies_done += 1
         return self.be.gather(self.buf, o, size).reshape((B,) + shape), ("gather", srcs, o)
 
@@ -308,10 +314,18 @@ class Executor:
         else:
             gbuf[o:o + size] += gr.reshape(-1)
 
+    def _rows(self, buf, o0, B, size, step):
+        """(B, size) view of B blocks of `size` elements, `step` elements apart from o0."""
+        isz = buf.itemsize
+        return self.xp.lib.stride_tricks.as_strided(buf[o0:], (B, size), (step * isz, isz))
+
     def _scatter(self, gbuf, info, gr):
         kind, srcs, where = info
         if kind == "view":
             gbuf[where:where + gr.size] += gr.reshape(-1)
+        elif kind == "strided":
+            B = len(srcs)
+            self._rows(gbuf, where[0], B, gr.size // B, where[1])[...] += gr.reshape(B, -1)
         elif kind == "gather":
             size = gr.size // len(srcs)
             self.be.scatter_add(gbuf, where, size, gr, len(set(where)) == len(where))

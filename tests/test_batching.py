@@ -236,3 +236,24 @@ def test_non_batchable_op_with_shared_inputs_runs_alone(m, strategy):
     assert len({g.sigs[y.i] for y in ys}) == 3
     for k, y in zip((1, 2, 3), ys):
         np.testing.assert_allclose(y.npvalue(), k * np.tanh([1.0, 2.0, 3.0]), rtol=1e-6)
+
+
+def test_evenly_spaced_sources_are_strided_views_with_the_same_gradients(f64, m):
+    """In a complete tree, the left (right) children of a level lie every other row of the
+    level below: the executor reads them as a strided view instead of gathering, and
+    backward adds into the same view. Values and gradients equal unbatched execution."""
+    def run(strategy):
+        for p in (m["W"], m["U"], m["b"], m["E"]):
+            p.zero_grad()
+        dy.renew_cg(strategy)
+        loss = dy.esum([dy.pickneglogsoftmax(m["O"] * _tree(m, 3, k), k % 4) for k in range(3)])
+        v = loss.value()
+        loss.backward()
+        return v, [p.grad_as_array().copy() for p in (m["W"], m["U"], m["b"], m["E"])]
+    v0, g0 = run("none")
+    v1, g1 = run("agenda")
+    kinds = [info[0] for b in dy.cg().exe.batches for info in b.ins if info is not None]
+    assert "strided" in kinds
+    np.testing.assert_allclose(v1, v0, rtol=1e-12)
+    for a, b in zip(g1, g0):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
