@@ -6,7 +6,6 @@ B row numbers instead of B·size element numbers, and take copies rows with memc
 from __future__ import annotations
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 
 class NumpyBackend:
@@ -37,8 +36,8 @@ class NumpyBackend:
     def _rows(buf, o, size):
         """(row view, row numbers) when every offset is a multiple of size, else None."""
         if size > 1 and not (o % size).any():
-            isz = buf.itemsize
-            return as_strided(buf, (buf.shape[0] // size, size), (size * isz, isz)), o // size
+            n = buf.shape[0] // size
+            return buf[:n * size].reshape(n, size), o // size    # a view (np's as_strided costs 7 us)
         return None
 
     def gather(self, buf, offsets, size: int):
