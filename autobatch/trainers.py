@@ -124,7 +124,9 @@ class Trainer:
 
     def _apply(self, p: Parameter, rows, gscale: float) -> None:
         aux = self._state(p)
-        if rows is None:
+        if rows is None and self._inplace is not None:
+            self._inplace(p.value, p.grad, aux, gscale, p.xp)
+        elif rows is None:
             new_x, new_aux = self._rule(p.value, p.grad, aux, gscale, p.xp)
             p.value[...] = new_x
             for a, n in zip(aux, new_aux):
@@ -139,6 +141,10 @@ class Trainer:
         """New value and state arrays from value x, gradient g and state aux (all same shape)."""
         raise NotImplementedError
 
+    # Optional: the same rule updating x and aux in place with one scratch array (dense
+    # parameters: a 10 MB softmax matrix costs a dozen temporaries with _rule).
+    _inplace = None
+
 
 class SimpleSGDTrainer(Trainer):
     """x ← x − η·s·g  (s: the clipping scale)."""
@@ -148,6 +154,9 @@ class SimpleSGDTrainer(Trainer):
 
     def _rule(self, x, g, aux, gscale, xp):
         return x - (self.learning_rate * gscale) * g, []
+
+    def _inplace(self, x, g, aux, gscale, xp):
+        x -= xp.multiply(g, self.learning_rate * gscale)
 
 
 class MomentumSGDTrainer(Trainer):
@@ -201,3 +210,22 @@ class AdamTrainer(Trainer):
         c2 = math.sqrt(1 - b2 ** t)
         lr_t = self.learning_rate * c2 / (1 - b1 ** t)
         return x - lr_t * m / (xp.sqrt(v) + self.epsilon * c2), [m, v]
+
+    def _inplace(self, x, g, aux, gscale, xp):
+        b1, b2 = self.beta_1, self.beta_2
+        m, v = aux
+        t = self.updates + 1
+        c2 = math.sqrt(1 - b2 ** t)
+        lr_t = self.learning_rate * c2 / (1 - b1 ** t)
+        tmp = xp.multiply(g, (1 - b1) * gscale)
+        m *= b1
+        m += tmp
+        xp.multiply(g, g, out=tmp)
+        tmp *= (1 - b2) * gscale * gscale
+        v *= b2
+        v += tmp
+        xp.sqrt(v, out=tmp)
+        tmp += self.epsilon * c2
+        xp.divide(m, tmp, out=tmp)
+        tmp *= lr_t
+        x -= tmp

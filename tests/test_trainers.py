@@ -61,18 +61,25 @@ def loss_on(W, b, E, rows, scale=1.0):
     (dy.esum(terms) * scale).backward()
 
 
+@pytest.mark.parametrize("clip", [False, True])
 @pytest.mark.parametrize("name", list(TRAINERS))
-def test_update_matches_numpy_reference(name, backend, f64):
+def test_update_matches_numpy_reference(name, clip, backend, f64):
+    """Each rule against a textbook version; with clipping, on gradients scaled by
+    threshold/‖g‖ (the rules see that scale separately from the gradient)."""
     make, ref = TRAINERS[name]
     m, W, b, E = small_model()
     tr = make(m)
-    tr.set_clip_threshold(-1)
+    tr.set_clip_threshold(0.05 if clip else -1)
     tr.set_sparse_updates(False)     # dense: every row follows the rule, as the reference
     xs = {p: p.as_array() for p in (W, b, E)}
     st = {p: {} for p in (W, b, E)}
     for t, rows in enumerate([[1, 3], [2, 3, 3], [0]], start=1):
         loss_on(W, b, E, rows)
         gs = {p: p.grad_as_array() for p in (W, b, E)}
+        if clip:
+            norm = np.sqrt(sum((g ** 2).sum() for g in gs.values()))
+            assert norm > 0.05
+            gs = {p: g * (0.05 / norm) for p, g in gs.items()}
         tr.update()
         for p in (W, b, E):
             xs[p], st[p] = ref(xs[p], gs[p], st[p], t)
