@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import time
 from operator import itemgetter
 
@@ -188,7 +189,7 @@ class Executor:
                 sizes_flat = list(each)
         xs, ins = [], []
         # one node with many same-shape inputs (the esum of all losses): one gather
-        wide = B == 1 and len(a0) > 4 and not shared and self._wide(a0, xs, ins)
+        wide = len(a0) > 4 and not shared and self._wide(ids, a0, xs, ins)
         if not wide:
             # input j of every node of the batch, transposed at C speed
             cols = (a0,) if B == 1 else tuple(zip(*itemgetter(*ids)(g.args)))
@@ -228,16 +229,19 @@ class Executor:
         self.batches.append(b)
         g.stats.sizes[g.sig_name(g.sigs[i0])].append(B)
 
-    def _wide(self, a0, xs, ins):
-        """Gather all inputs of one wide node as one (n, *shape) block; False if their
-        shapes differ. The inputs become row views; backward scatters them in one go."""
+    def _wide(self, ids, a0, xs, ins):
+        """Gather all inputs of all nodes of a batch of wide nodes (the per-instance esum of
+        many losses) as one (B, n, *shape) block in one copy; False if the shapes differ.
+        Input j of the batch is then the view [:, j]; backward scatters them in one go."""
         shapes = self.g.shapes
+        B, n = len(ids), len(a0)
+        srcs = list(a0) if B == 1 else list(itertools.chain.from_iterable(itemgetter(*ids)(self.g.args)))
         sh = shapes[a0[0]]
-        for a in a0:
-            if shapes[a] != sh:
-                return False
-        x, info = self._gather(list(a0), sh, None)
-        xs.extend([x[k:k + 1] for k in range(len(a0))])
+        if len(set(map(shapes.__getitem__, srcs))) != 1:
+            return False
+        x, info = self._gather(srcs, sh, None)
+        x = x.reshape((B, n) + sh)
+        xs.extend([x[:, k] for k in range(n)])
         ins.append(info)
         return True
 
@@ -269,8 +273,10 @@ class Executor:
             grads = b.op.backward(xp, b.xs, b.y, gy, b.attr, b.data)
             a0 = g.args[b.ids[0]]
             if b.wide:
-                if any(map(needs.__getitem__, a0)):
-                    self._scatter(gbuf, b.ins[0], xp.concatenate([gr.reshape(1, -1) for gr in grads]))
+                info = b.ins[0]
+                if any(map(needs.__getitem__, info[1])):
+                    B = len(b.ids)
+                    self._scatter(gbuf, info, xp.stack([gr.reshape(B, -1) for gr in grads], axis=1))
                 continue
             for j, gr in enumerate(grads):
                 if gr is None:

@@ -257,3 +257,29 @@ def test_evenly_spaced_sources_are_strided_views_with_the_same_gradients(f64, m)
     np.testing.assert_allclose(v1, v0, rtol=1e-12)
     for a, b in zip(g1, g0):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_batch_of_wide_sums_is_one_gather_with_the_same_gradients(f64, m):
+    """Per-instance sums of many terms (same arity: one batch) gather all their inputs in
+    one copy; a term used by two sums and twice by one sum still gets all its gradient."""
+    def run(strategy):
+        for p in (m["W"], m["b"], m["E"]):
+            p.zero_grad()
+        dy.renew_cg(strategy)
+        shared = dy.tanh(m["W"] * m["E"][0] + m["b"])
+        sums = []
+        for k in range(3):
+            terms = [dy.tanh(m["W"] * m["E"][(k + j) % 7]) for j in range(5)] + [shared, shared]
+            sums.append(dy.sum_elems(dy.esum(terms)) * (k + 1))
+        loss = dy.esum(sums)
+        v = loss.value()
+        loss.backward()
+        return v, [p.grad_as_array().copy() for p in (m["W"], m["b"], m["E"])]
+    v0, g0 = run("none")
+    v1, g1 = run("agenda")
+    wide = [b for b in dy.cg().exe.batches if b.wide]
+    assert any(len(b.ids) == 3 for b in wide)
+    assert all(len(b.ins) == 1 and b.ins[0][0] == "gather" for b in wide if len(b.ids) == 3)
+    np.testing.assert_allclose(v1, v0, rtol=1e-12)
+    for a, b in zip(g1, g0):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
