@@ -14,7 +14,7 @@ from operator import itemgetter
 
 from . import memory
 from .errors import GraphError, NonFiniteError, user_line
-from .ops import RowGrad
+from .ops import ProductGrad, RowGrad
 from .scheduler import schedule
 
 
@@ -265,6 +265,7 @@ class Executor:
             gbuf[self.offs[i]] = 1
         needs = g.needs
         nb = 0
+        self._products = {}
         for b in reversed(self.batches):
             if not b.need or b.first > i:
                 continue
@@ -291,6 +292,7 @@ class Executor:
                 if not any(map(needs.__getitem__, srcs)):
                     continue
                 self._scatter(gbuf, info, gr)
+        self._merge_products(gbuf)
         memory.give(gbuf)
         t1 = time.perf_counter()
         st.backward_batches += nb
@@ -299,8 +301,30 @@ class Executor:
         st.backward_calls += 1
         g._t_mark = t1
 
+    _MERGE_BELOW = 256    # products of batches with fewer rows wait to be merged
+
+    def _merge_products(self, gbuf):
+        """Parameter gradients deferred as products: one GEMM per parameter over the
+        stacked rows of all its small batches (the lhs views into gbuf are final: a batch's
+        output gradient is complete once its backward ran)."""
+        xp = self.xp
+        for a, prods in self._products.items():
+            if len(prods) == 1:
+                g = prods[0].dense()
+            else:
+                g = xp.concatenate([q.lhs for q in prods]).T @ xp.concatenate([q.rhs for q in prods])
+            self._add_shared(gbuf, a, g)
+        self._products = {}
+
     def _add_shared(self, gbuf, a, gr):
         p = self.g.ext.get(a)
+        if isinstance(gr, ProductGrad):
+            # only parameters may wait: a computed node needs its full gradient before its
+            # own batch's backward runs
+            if p is not None and gr.lhs.shape[0] < self._MERGE_BELOW:
+                self._products.setdefault(a, []).append(gr)
+                return
+            gr = gr.dense()
         if p is not None:
             if isinstance(gr, RowGrad):
                 self.be.add_rows(p.grad, gr.rows, gr.vals)

@@ -40,6 +40,22 @@ class RowGrad:
         self.vals = vals
 
 
+class ProductGrad:
+    """The gradient of a shared input as a product ``lhsᵀ·rhs`` (lhs (B, m), rhs (B, n)): what
+    W·x returns for W. The engine may add up the products of many small batches of one
+    parameter as ONE GEMM over their stacked rows (rows are what small GEMMs lack);
+    ``dense()`` is the plain gradient."""
+
+    __slots__ = ("lhs", "rhs")
+
+    def __init__(self, lhs, rhs):
+        self.lhs = lhs
+        self.rhs = rhs
+
+    def dense(self):
+        return self.lhs.T @ self.rhs
+
+
 class Op:
     """Base class. Subclasses set the class attributes and override the methods.
 

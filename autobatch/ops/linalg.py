@@ -2,7 +2,7 @@
 stacked x's become one matrix and the batch costs one GEMM."""
 from __future__ import annotations
 
-from .base import Op, ShapeError, register
+from .base import Op, ProductGrad, ShapeError, register
 
 
 def _mv_shape(name, w, x):
@@ -24,9 +24,10 @@ def _wx(xp, w, x):
 
 
 def _wx_backward(xp, w, x, gy):
-    """Gradients of W·X for shared W: gW summed over the batch in one GEMM."""
+    """Gradients of W·X for shared W: gW summed over the batch in one GEMM (a ProductGrad,
+    which the engine may merge with other batches' into one bigger GEMM)."""
     if x.ndim == 2:
-        return gy.T @ x, gy @ w
+        return ProductGrad(gy, x), gy @ w
     b, n, k = x.shape
     gw = gy.transpose(1, 0, 2).reshape(gy.shape[1], b * k) @ x.transpose(0, 2, 1).reshape(b * k, n)
     return gw, xp.matmul(w.T, gy)

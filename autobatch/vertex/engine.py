@@ -14,6 +14,7 @@ path runs per frontier. Parameter gradients of products on that path are summed 
 all frontiers (see lazygrad.py)."""
 from __future__ import annotations
 
+from ..ops import ProductGrad
 from .trace import CONST, IDS, SEED
 from . import fuse, lazygrad
 
@@ -264,6 +265,8 @@ class Run:
             a = args[j]
             if not t.need[a]:
                 continue
+            if isinstance(gr, ProductGrad):   # the vertex engine defers by rows itself (lazygrad)
+                gr = gr.dense()
             if t.is_param[a]:
                 _, p, u = t.src[a]
                 if j not in shared and not hasattr(gr, "rows"):
