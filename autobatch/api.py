@@ -22,7 +22,7 @@ _ADD, _SUB, _CMULT, _CDIV = OPS["add"], OPS["sub"], OPS["cmult"], OPS["cdiv"]
 _SCALE, _SDIV = OPS["scale_shift"], OPS["scalar_div"]
 _MM_SHARED, _MM, _AFFINE = OPS["matmul_shared"], OPS["matmul"], OPS["affine"]
 _LOOKUP, _PNLS, _CONCAT, _PICKRANGE = OPS["lookup"], OPS["pickneglogsoftmax"], OPS["concatenate"], OPS["pickrange"]
-_LSTM_CELL = OPS["lstm_cell"]
+_LSTM_CELL, _MATMUL_ADD = OPS["lstm_cell"], OPS["matmul_add"]
 
 
 def _graph() -> ComputationGraph:
@@ -180,8 +180,10 @@ def affine_transform(xs: Sequence) -> Expression:
             return g.add_affine(_AFFINE, b, w, x.i)
     if len(xs) % 2 == 0:
         raise GraphError(f"affine_transform: needs [b, W1, x1, W2, x2, ...], got {len(xs)} items [at {user_line()}]")
-    if all(_is_param_node(xs[k], g) for k in [0] + list(range(1, len(xs), 2))):
-        return g.add(_AFFINE, tuple([_id(x, g) for x in xs]))
+    if all(_is_param_node(xs[k], g) for k in range(1, len(xs), 2)):
+        # b a parameter: affine (b shared); b computed per node: matmul_add (b stacked)
+        op = _AFFINE if _is_param_node(xs[0], g) else _MATMUL_ADD
+        return g.add(op, tuple([_id(x, g) for x in xs]))
     terms = [xs[0]] + [_matmul(xs[k], xs[k + 1]) for k in range(1, len(xs), 2)]
     return esum(terms)
 

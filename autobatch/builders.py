@@ -263,12 +263,13 @@ class VanillaLSTMBuilder(_Builder):
     def _layer_step(self, P, x, h, c, mh):
         Wx, Wh, b = P
         H = self.hidden_dim
-        if h is None:
-            a = dy.affine_transform([b, Wx, x])
-        else:
+        # b + W_x·x does not depend on the previous step: as its own node it runs for every
+        # step of every sequence in one GEMM; the step adds W_h·h to it (matmul_add)
+        a = dy.affine_transform([b, Wx, x])
+        if h is not None:
             if mh is not None:
                 h = dy.cmult(h, mh)
-            a = dy.affine_transform([b, Wx, x, Wh, h])
+            a = dy.affine_transform([a, Wh, h])
         # one fused node for the gates (see ops/cells.py); the state keeps the cell node
         # [h; c] itself as "c" (the next step reads its second half), and s() slices it
         y = dy.lstm_cell(a) if c is None else dy.lstm_cell(a, c)

@@ -140,6 +140,8 @@ GRAD_ROWS = {
     "affine": lambda c, k: (red(dy.affine_transform([c.P.b, c.P.W, c.x(k), c.P.V, c.e(k)]), k)
                             + red(dy.affine_transform([c.P.b, c.P.V, dy.tanh(c.h(k))]), k)
                             + red(dy.affine_transform([c.P.b, c.P.V, c.P.q]), k)),
+    "matmul_add": lambda c, k: (red(dy.affine_transform([c.h(k), c.P.W, c.x(k), c.P.V, c.e(k)]), k)
+                                + red(dy.affine_transform([dy.tanh(c.e(k)), c.P.V, c.h(k)]), k)),
     "transpose": lambda c, k: red(dy.transpose(c.m(k)), k) + red(dy.transpose(c.h(k)), k),
     "dot_product": lambda c, k: (dy.dot_product(c.h(k), c.e(k)) + dy.dot_product(c.h(k), c.h(k))
                                  + dy.dot_product(c.P.b, c.mix(k)[0:3])),

@@ -115,6 +115,22 @@ class Affine(Op):
 
 
 @register
+class MatMulAdd(type(Affine)):        # (register keeps instances under the class names)
+    """c + W1·x1 + W2·x2 + … with c stacked (one per node) and the W's shared: what
+    affine_transform([c, W, x]) makes of a c that is not a parameter. An LSTM builder uses it
+    for the recurrent half of a step, c = b + W_x·x having run for all steps at once."""
+    name = "matmul_add"
+
+    def shared_of(self, n):
+        return tuple(range(1, n, 2))
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        grads = super().backward(xp, xs, y, gy, attr, data)
+        grads[0] = gy
+        return grads
+
+
+@register
 class Transpose(Op):
     name = "transpose"
 
