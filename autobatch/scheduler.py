@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from operator import itemgetter
 
 import numpy as np
 
@@ -143,6 +144,65 @@ def _late_levels(lo, sigs, depths, args, near, count, base, top):
     return level
 
 
+def _inputs(args, nodes, lo, sig_all):
+    """(src, dst) local edge arrays from the pending inputs of `nodes` (local ids) to them:
+    work proportional to these nodes, not to the graph."""
+    rows = itemgetter(*(nodes + lo).tolist())(args) if len(nodes) > 1 else (args[int(nodes[0]) + lo],)
+    lens = np.fromiter(map(len, rows), dtype=np.int64, count=len(nodes))
+    src = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(lens.sum())) - lo
+    dst = np.repeat(nodes, lens)
+    keep = src >= 0
+    keep[keep] = sig_all[src[keep]] >= 0
+    return src[keep], dst[keep]
+
+
+def _late_levels_np(lo, hi, args, sig_all, pend, uses, level, ns):
+    """_near_end + _late_levels with NumPy over the end region, for large forwards: updates
+    `level` (local ids, depth - base) in place with the same result as the Python versions.
+    Returns whether any level changed."""
+    n = hi - lo
+    # heights: reverse Kahn walk from the sinks, _NEAR_END levels deep
+    left = uses.copy()
+    height = np.full(n, -1, dtype=np.int64)
+    frontier = pend[uses[pend] == 0]
+    for h in range(_NEAR_END + 1):
+        if len(frontier) == 0:
+            break
+        height[frontier] = h
+        if h == _NEAR_END:
+            break
+        preds, _ = _inputs(args, frontier, lo, sig_all)
+        if len(preds) == 0:
+            break
+        left -= np.bincount(preds, minlength=n)
+        frontier = _sorted_set(preds[left[preds] == 0])   # a node fed twice appears twice
+    near = np.flatnonzero(height >= 0)
+    if len(near) == 0:
+        return False
+    # signatures all of whose nodes are near and that take fewer levels as late as possible
+    s_near, h_near, d_near = sig_all[near], height[near], level[near]
+    count = np.bincount(sig_all[pend], minlength=ns)
+    full = np.bincount(s_near, minlength=ns) == count
+    m = int(max(h_near.max(), d_near.max())) + 1
+    n_h = np.bincount(np.unique(s_near * m + h_near) // m, minlength=ns)
+    n_d = np.bincount(np.unique(s_near * m + d_near) // m, minlength=ns)
+    late = full & (n_h < n_d)
+    moved = near[late[s_near]]
+    if len(moved) == 0:
+        return False
+    top = int(level[pend].max())
+    level[moved] = top - height[moved]
+    # lift every near node above its inputs (longest path within the end region)
+    es, ed = _inputs(args, near, lo, sig_all)
+    for _ in range(_NEAR_END + 2):
+        want = level[es] + 1
+        bad = want > level[ed]
+        if not bad.any():
+            break
+        np.maximum.at(level, ed[bad], want[bad])
+    return True
+
+
 def _agenda(lo, hi, sigs, depths, args, heavy_of_sig, uses):
     """The agenda of ready nodes, run level by level.
 
@@ -153,7 +213,8 @@ def _agenda(lo, hi, sigs, depths, args, heavy_of_sig, uses):
     end of the graph and line up on fewer levels that way, its distance from the end
     (as late as possible: the loss heads of sequences of every length then share one
     level). Levels are lifted so that every node sits above its inputs, and each
-    (level, signature) group is one batch. All nodes of the lowest pending level are
+    (level, signature) group is one batch (should the end region come out in more batches
+    than plain depth batching, depth levels are used). All nodes of the lowest pending level are
     always ready, so this is the agenda rule "run the ready signature of lowest
     level", computed without simulating the agenda node by node.
 
@@ -169,14 +230,11 @@ def _agenda(lo, hi, sigs, depths, args, heavy_of_sig, uses):
     sig = sig_all[pend]
     base = int(depth_all[pend].min())
     level = depth_all - base
-    sinks = (pend[np.array(uses[lo:hi], dtype=np.int64)[pend] == 0] + lo).tolist()
-    near = _near_end(lo, sigs, args, uses, sinks, _NEAR_END)
     ns = int(sig.max()) + 1
-    count = np.bincount(sig, minlength=ns)
-    late = _late_levels(lo, sigs, depths, args, near, count, base, int(level[pend].max()))
-    if late:
-        idx = np.fromiter(late.keys(), dtype=np.int64, count=len(late)) - lo
-        level[idx] = np.fromiter(late.values(), dtype=np.int64, count=len(late))
+    depth_level = level[pend].copy()
+    if _late_levels_np(lo, hi, args, sig_all, pend, np.array(uses[lo:hi], dtype=np.int64), level, ns) and \
+            len(np.unique(level[pend] * ns + sig)) > len(np.unique(depth_level * ns + sig)):
+        level[pend] = depth_level     # never more batches than depth batching
     heavy = np.array([heavy_of_sig(t) for t in range(ns)], dtype=np.int64)
     key = (level[pend] * 2 + heavy[sig]) * ns + sig   # level, then cheap ops first, then signature
     order = np.argsort(key, kind="stable")            # stable: ids stay ascending in a batch
@@ -184,10 +242,10 @@ def _agenda(lo, hi, sigs, depths, args, heavy_of_sig, uses):
 
 
 _SMALL = 256     # below this many nodes NumPy's per-call overhead outweighs vectorising
-_NEAR_END = 4    # as-late-as-possible levels are considered this many steps from the end
+_NEAR_END = 6    # as-late-as-possible levels are considered this many steps from the end
 
 
-def _agenda_small(lo, hi, sigs, depths, args, heavy_of_sig, uses):
+def _agenda_small(lo, hi, sigs, depths, args, heavy_of_sig, uses, late=True):
     """The same levels and batches as _agenda, in plain Python: small forwards (one
     sentence at a time, batched_map rounds) must not pay milliseconds of NumPy calls."""
     pend = [i for i in range(lo, hi) if sigs[i] >= 0]
@@ -198,11 +256,16 @@ def _agenda_small(lo, hi, sigs, depths, args, heavy_of_sig, uses):
     count: dict = {}
     for i in pend:
         count[sigs[i]] = count.get(sigs[i], 0) + 1
-    near = _near_end(lo, sigs, args, uses, [i for i in pend if uses[i] == 0], _NEAR_END)
-    late = _late_levels(lo, sigs, depths, args, near, count, base, top)
+    if late:
+        near = _near_end(lo, sigs, args, uses, [i for i in pend if uses[i] == 0], _NEAR_END)
+        late = _late_levels(lo, sigs, depths, args, near, count, base, top)
+    else:
+        late = {}
     groups: dict = {}
     for i in pend:
         groups.setdefault((late.get(i, depths[i] - base), sigs[i]), []).append(i)
+    if late and len(groups) > len({(depths[i], sigs[i]) for i in pend}):
+        return _agenda_small(lo, hi, sigs, depths, args, heavy_of_sig, uses, late=False)
     return [groups[k] for k in sorted(groups, key=lambda k: (k[0], heavy_of_sig(k[1]), k[1]))]
 
 
