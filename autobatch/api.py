@@ -176,8 +176,16 @@ def affine_transform(xs: Sequence) -> Expression:
     g = _S.graph or cg()
     if len(xs) == 3:                 # the common b + W·x: no generic checks
         b, w, x = xs
-        if type(x) is Expression and x.cg is g and isinstance(b, Parameter) and isinstance(w, Parameter):
-            return g.add_affine(_AFFINE, b, w, x.i)
+        if type(x) is Expression and x.cg is g:
+            if isinstance(w, Parameter):
+                if isinstance(b, Parameter):
+                    return g.add_affine(_AFFINE, b, w, x.i)
+                wi = g.pid(w)
+            else:
+                wi = w.i if type(w) is Expression and w.cg is g and w.i in g.ext else -1
+            if wi >= 0 and type(b) is Expression and b.cg is g:  # parameter expressions (builders)
+                # a computed bias is stacked (matmul_add), a parameter one shared (affine)
+                return g.add(_AFFINE if b.i in g.ext else _MATMUL_ADD, (b.i, wi, x.i))
     if len(xs) % 2 == 0:
         raise GraphError(f"affine_transform: needs [b, W1, x1, W2, x2, ...], got {len(xs)} items [at {user_line()}]")
     if all(_is_param_node(xs[k], g) for k in range(1, len(xs), 2)):
