@@ -23,6 +23,7 @@ _SCALE, _SDIV = OPS["scale_shift"], OPS["scalar_div"]
 _MM_SHARED, _MM, _AFFINE = OPS["matmul_shared"], OPS["matmul"], OPS["affine"]
 _LOOKUP, _PNLS, _CONCAT, _PICKRANGE = OPS["lookup"], OPS["pickneglogsoftmax"], OPS["concatenate"], OPS["pickrange"]
 _LSTM_CELL, _MATMUL_ADD = OPS["lstm_cell"], OPS["matmul_add"]
+_NP_INTS = frozenset(np.sctypeDict[k] for k in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"))
 
 
 def _graph() -> ComputationGraph:
@@ -138,6 +139,8 @@ def const_parameter(p: Parameter) -> Expression:
 def lookup(p: LookupParameter, index: int, update: bool = True) -> Expression:
     """Row ``index`` of table p, shape p.shape()[1:]."""
     g = _S.graph or cg()
+    if type(index) in _NP_INTS:          # ids from a NumPy array
+        index = int(index)
     if type(index) is int and type(p) is LookupParameter and update is True and 0 <= index < p.value.shape[0]:
         return g.add1(_LOOKUP, g.pid(p), index, True)    # the common case, checked in one line
     if not isinstance(p, LookupParameter):
@@ -153,7 +156,7 @@ def lookup(p: LookupParameter, index: int, update: bool = True) -> Expression:
         raise GraphError(f"lookup: index {index!r} out of range for a table of shape "
                          f"{tuple(p.value.shape)} [at {user_line()}]")
     g = _S.graph or cg()
-    return g.add(_LOOKUP, (g.pid(p, update),), None, index)
+    return g.add1(_LOOKUP, g.pid(p, update), index, True)
 
 
 def const_lookup(p: LookupParameter, index: int) -> Expression:
@@ -411,7 +414,7 @@ def concatenate(xs: Sequence, d: int = 0) -> Expression:
     g = _S.graph
     ids = [x.i for x in xs if type(x) is Expression and x.cg is g]
     if len(ids) == len(xs) > 0 and type(d) is int:       # the common case: no conversions
-        return g.add(_CONCAT, tuple(ids), d)
+        return g.add2(_CONCAT, ids[0], ids[1], d) if len(ids) == 2 else g.add(_CONCAT, tuple(ids), d)
     return _opl(_CONCAT, xs, attr=int(d))
 
 

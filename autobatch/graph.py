@@ -224,12 +224,13 @@ class ComputationGraph:
         e.i = n
         return e
 
-    def add2(self, op, a: int, b: int) -> "Expression":
-        """add(op, (a, b)) for an op without attr or data (cmult, add, ...)."""
+    def add2(self, op, a: int, b: int, attr: Any = None) -> "Expression":
+        """add(op, (a, b), attr) for an op without data (cmult, add, concatenate, ...)."""
         shapes = self.shapes
-        r = self._fast.get((op, shapes[a], shapes[b]))
+        key = (op, shapes[a], shapes[b], attr)
+        r = self._fast.get(key)
         if r is None:
-            return self._add_caching(op, (a, b), (op, shapes[a], shapes[b]))
+            return self._add_caching(op, (a, b), key, None, False, attr)
         depths, needs, uses = self.depths, self.needs, self.uses
         d = depths[a]
         if depths[b] > d:
@@ -242,7 +243,7 @@ class ComputationGraph:
         n = len(self.ops)
         self.ops.append(op)
         self.args.append((a, b))
-        self.attrs.append(None)
+        self.attrs.append(attr)
         self.datas.append(None)
         shapes.append(r[0])
         self.sizes.append(r[1])
@@ -283,9 +284,9 @@ class ComputationGraph:
         e.i = n
         return e
 
-    def _add_caching(self, op, args, key, data=None, by_node=False):
-        e = self.add(op, args, None, data)
-        r = _RULES[(op, tuple([self.shapes[a] for a in args]), None)]
+    def _add_caching(self, op, args, key, data=None, by_node=False, attr=None):
+        e = self.add(op, args, attr, data)
+        r = _RULES[(op, tuple([self.shapes[a] for a in args]), attr)]
         if r[2] is not None and (not r[3] or by_node):
             self._fast[key] = (r[0], r[1], self.sigs[e.i], op.differentiable)
         return e
@@ -369,8 +370,8 @@ class _DebugGraph(ComputationGraph):
     def add1(self, op, a, data=None, shared=False):
         return self.add(op, (a,), None, data)
 
-    def add2(self, op, a, b):
-        return self.add(op, (a, b))
+    def add2(self, op, a, b, attr=None):
+        return self.add(op, (a, b), attr)
 
     def add_affine(self, op, b, w, x):
         return self.add(op, (self.pid(b), self.pid(w), x))

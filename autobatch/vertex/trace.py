@@ -94,8 +94,8 @@ class TraceGraph:
     def add1(self, op, a, data=None, shared=False):
         return self.add(op, (a,), None, data)
 
-    def add2(self, op, a, b):
-        return self.add(op, (a, b))
+    def add2(self, op, a, b, attr=None):
+        return self.add(op, (a, b), attr)
 
     def add_affine(self, op, b, w, x):
         return self.add(op, (self.pid(b), self.pid(w), x))
