@@ -34,19 +34,21 @@ def table(records, title=None):
     r0 = records[0]
     head = "%s  (H=%d, batch %d, n=%d, median of %d, backend %s)" % (
         title or r0["task"], r0["hidden"], r0["batch_size"], r0["n"], r0["repeats"], r0["backend"])
-    cols = "%-22s %9s %8s %8s %8s | %7s %7s %7s %7s %7s | %8s" % (
-        "framework", "inst/s", "vs DyNet", "fwd b/i", "bwd b/i", "build", "sched", "fwd", "bwd", "upd", "mem MB")
-    sub = "%-22s %9s %8s %8s %8s | %39s | %8s" % ("", "", "agenda", "", "", "seconds per pass", "")
+    cols = "%-22s %9s %8s %8s %8s | %7s %7s %7s %7s %7s | %8s %8s" % (
+        "framework", "inst/s", "vs DyNet", "fwd b/i", "bwd b/i", "build", "sched", "fwd", "bwd", "upd", "mem MB",
+        "peak MB")
+    sub = "%-22s %9s %8s %8s %8s | %39s | %8s %8s" % ("", "", "agenda", "", "", "seconds per pass", "", "")
     lines = [head, cols, sub, "-" * len(cols)]
     for r in records:
         if r.get("error"):
             lines.append("%-22s  failed: %s" % (label(r), r["error"]))
             continue
-        lines.append("%-22s %9.1f %8s %8s %8s | %7s %7s %7s %7s %7s | %8s" % (
+        lines.append("%-22s %9.1f %8s %8s %8s | %7s %7s %7s %7s %7s | %8s %8s" % (
             label(r), r["instances_per_s"], _f(ref and r["instances_per_s"] / ref, "%.2fx"),
             _f(r.get("fwd_batches_per_inst"), "%.2f"), _f(r.get("bwd_batches_per_inst"), "%.2f"),
             _f(r.get("build_s"), "%.3f"), _f(r.get("schedule_s"), "%.3f"), _f(r.get("forward_s"), "%.3f"),
-            _f(r.get("backward_s"), "%.3f"), _f(r.get("update_s"), "%.3f"), _f(r.get("rss_delta_mb"), "%.0f")))
+            _f(r.get("backward_s"), "%.3f"), _f(r.get("update_s"), "%.3f"), _f(r.get("rss_delta_mb"), "%.0f"),
+            _f(r.get("peak_rss_mb"), "%.0f")))
     for r in ok:
         if r.get("check_vs_lazy") is not None:
             lines.append("check_vs_lazy (%s): max relative difference of loss and parameter gradients "
@@ -61,7 +63,8 @@ scheduling time (part of its forward call; DyNet and PyTorch include theirs in f
 eager, so its fwd also includes building. mem MB: peak RSS minus the RSS right after importing the
 framework (each run is a fresh process), i.e. what the model, data and training added. DyNet
 preallocates its memory pool at import (dynet_mem), so that pool is in its baseline and its
-figure shows only memory used outside the pool."""
+figure shows only memory used outside the pool. peak MB: the whole process's peak RSS
+(interpreter, libraries, pool and all), the figure to compare memory across frameworks."""
 
 
 def plot(records, path):
