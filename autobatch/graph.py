@@ -196,9 +196,11 @@ class ComputationGraph:
         return e
 
     # Fast paths for the common node kinds. Each caches, per graph, everything add()
-    # derives from the inputs' shapes (output shape, size, this graph's signature), so a
-    # repeated pattern costs one dict lookup and the appends. Only ops whose signature does
-    # not depend on node ids are cached this way (no shared inputs, batchable, no attr).
+    # derives from the inputs' shapes and attr (output shape, size, this graph's signature),
+    # so a repeated pattern costs one dict lookup and the appends. A signature that depends
+    # on node ids (shared inputs) is cached under those ids (lookup tables, parameters).
+    # The appends are written out in each on purpose: a shared helper would cost one more
+    # Python call per node, about a tenth of building a node.
     def add1(self, op, a: int, data: Any = None, shared: bool = False) -> "Expression":
         """add(op, (a,), None, data) for an op without attr (tanh, pick, ...). shared:
         a is the op's shared input (a lookup's table), so the cache is keyed by node a."""
@@ -358,15 +360,10 @@ class ComputationGraph:
         return f"node {i} ({name}, input shapes {ins}, output shape {self.shapes[i]}{made})"
 
 
-class _DebugGraph(ComputationGraph):
-    """A graph that records each node's creation line (runtime.set_debug(True))."""
+class ThroughAdd:
+    """The fast paths (add1, add2, add_affine) routed through add(), for graphs whose add()
+    must see every node: the debug graph records lines, the vertex tracer records symbols."""
 
-    def add(self, op, args: tuple, attr: Any = None, data: Any = None) -> "Expression":
-        e = ComputationGraph.add(self, op, args, attr, data)
-        self.where[e.i] = user_site()
-        return e
-
-    # the fast paths bypass add(): route them through it so every node is recorded
     def add1(self, op, a, data=None, shared=False):
         return self.add(op, (a,), None, data)
 
@@ -375,6 +372,15 @@ class _DebugGraph(ComputationGraph):
 
     def add_affine(self, op, b, w, x):
         return self.add(op, (self.pid(b), self.pid(w), x))
+
+
+class _DebugGraph(ThroughAdd, ComputationGraph):
+    """A graph that records each node's creation line (runtime.set_debug(True))."""
+
+    def add(self, op, args: tuple, attr: Any = None, data: Any = None) -> "Expression":
+        e = ComputationGraph.add(self, op, args, attr, data)
+        self.where[e.i] = user_site()
+        return e
 
 
 class Expression:

@@ -14,7 +14,7 @@ A Trace then sorts its instructions into three phases (Cavs' lazy batching, §3.
 from __future__ import annotations
 
 from ..errors import GraphError, user_line
-from ..graph import Expression, _rule
+from ..graph import Expression, ThroughAdd, _rule
 from ..ops.random import _Random
 
 PARAM, PULL, GATHER, OP = "param", "pull", "gather", "op"
@@ -48,7 +48,7 @@ class VertexIndex:
         return f"VertexIndex({self.name!r})"
 
 
-class TraceGraph:
+class TraceGraph(ThroughAdd):
     """Duck-types the parts of ComputationGraph that the API functions use."""
 
     def __init__(self, name, dtype, xp):
@@ -90,15 +90,6 @@ class TraceGraph:
             dkind = CONST
         n = self._new((OP, op, tuple(args), attr, data, dkind), op, out)
         return Expression(self, n)
-
-    def add1(self, op, a, data=None, shared=False):
-        return self.add(op, (a,), None, data)
-
-    def add2(self, op, a, b, attr=None):
-        return self.add(op, (a, b), attr)
-
-    def add_affine(self, op, b, w, x):
-        return self.add(op, (self.pid(b), self.pid(w), x))
 
     def pid(self, p, update=True):
         key = (id(p), bool(update))
