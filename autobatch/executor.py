@@ -49,10 +49,14 @@ class Executor:
 
     def release(self):
         """The graph was renewed: recycle the arena (no view of it survives: values
-        handed to users are copies, and stale expressions refuse to evaluate)."""
+        handed to users are copies, and stale expressions refuse to evaluate).
+        Dropping the graph breaks the graph <-> executor cycle, so the old graph is freed
+        by reference counting at once instead of waiting for a full gc collection."""
         self.batches = []
+        self.offs = []
         memory.give(self.buf)
         self.buf = None
+        self.g = None
 
     def mark_external(self, n):
         self._grow_offs(n + 1)

@@ -219,3 +219,23 @@ def test_engine_pauses_the_cycle_collector_and_restores_it(monkeypatch):
         finally:
             gc.enable()
     assert seen == [False, False]
+
+
+def test_renewed_graph_is_freed_without_the_cycle_collector():
+    """renew_cg() leaves no reference cycle behind: the old graph (and its hundreds of
+    thousands of node records, in real use) goes at once, not at the next full collection."""
+    import gc
+    import weakref
+    gc.disable()
+    try:
+        m = dy.ParameterCollection()
+        W = m.add_parameters((2, 3))
+        g = dy.renew_cg("agenda")
+        loss = dy.esum([dy.squared_norm(dy.tanh(W * dy.inputVector([1.0, 2.0, k]))) for k in range(3)])
+        loss.backward()
+        ref = weakref.ref(g)
+        del g, loss
+        dy.renew_cg()
+        assert ref() is None
+    finally:
+        gc.enable()
