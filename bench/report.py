@@ -102,12 +102,34 @@ def markdown(records):
     return "\n\n".join(parts) + "\n\n" + FOOTER + "\n"
 
 
+def summary(records):
+    """One Markdown row per task: instances/s of every autobatch strategy and peer, the
+    ratios to DyNet agenda, and peak memory (whole process) of agenda, vertex and DyNet."""
+    ok = [r for r in records if not r.get("error")]
+    cols = list(dict.fromkeys(label(r) for r in ok))
+    head = ["task"] + cols + ["agenda ÷ DyNet", "vertex ÷ DyNet", "peak MB agenda / vertex / DyNet"]
+    lines = ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
+    for t in dict.fromkeys(r["task"] for r in ok):
+        by = {label(r): r for r in ok if r["task"] == t}
+        ips = {k: r["instances_per_s"] for k, r in by.items()}
+        ref = ips.get(REF)
+        row = [t] + [_f(ips.get(c), "%.0f") for c in cols]
+        for k in ("autobatch/agenda", "autobatch/vertex"):
+            row.append(_f(ref and ips.get(k) and ips[k] / ref, "%.2f×"))
+        row.append(" / ".join(_f(by[k].get("peak_rss_mb") if k in by else None, "%.0f")
+                              for k in ("autobatch/agenda", "autobatch/vertex", REF)))
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
-    # python -m bench.report RUN.json [...]: tables of saved runs (for bench/RESULTS.md)
+    # python -m bench.report [--summary] RUN.json [...]: tables of saved runs (bench/RESULTS.md)
     import json
     import sys
+    args = sys.argv[1:]
+    brief = "--summary" in args
     recs = []
-    for path in sys.argv[1:]:
+    for path in [a for a in args if a != "--summary"]:
         with open(path) as f:
             recs += json.load(f)
-    print(markdown(recs))
+    print(summary(recs) if brief else markdown(recs))

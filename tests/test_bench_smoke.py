@@ -69,6 +69,9 @@ def test_ratio_column_against_dynet_agenda():
     lines = report.table(recs).splitlines()
     assert "0.50x" in next(l for l in lines if l.startswith("autobatch/agenda"))
     assert "1.00x" in next(l for l in lines if l.startswith("dynet/agenda"))
+    recs[0]["peak_rss_mb"], recs[1]["peak_rss_mb"] = 70.0, 90.0
+    row = report.summary(recs).splitlines()[-1]
+    assert row.startswith("| treefc | 50 | 100 | 0.50× | - |") and row.endswith("| 70 / - / 90 |")
 
 
 def test_plot_without_matplotlib_says_so(tmp_path):
