@@ -280,8 +280,9 @@ class Executor:
             if b.wide:
                 info = b.ins[0]
                 if any(map(needs.__getitem__, info[1])):
-                    B = len(b.ids)
-                    self._scatter(gbuf, info, xp.stack([gr.reshape(B, -1) for gr in grads], axis=1))
+                    B = len(b.ids)    # rows in gather order: node-major, (B·n, size)
+                    self._scatter(gbuf, info, xp.stack([gr.reshape(B, -1) for gr in grads], axis=1)
+                                  .reshape(B * len(grads), -1))
                 continue
             for j, gr in enumerate(grads):
                 if gr is None:

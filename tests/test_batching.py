@@ -283,3 +283,15 @@ def test_batch_of_wide_sums_is_one_gather_with_the_same_gradients(f64, m):
     np.testing.assert_allclose(v1, v0, rtol=1e-12)
     for a, b in zip(g1, g0):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("strategy", ["none", "agenda"])
+def test_wide_sum_of_one_parameter_repeated(strategy):
+    """A wide sum whose inputs are all the same parameter (a broadcast, not a gather): its
+    gradient is the sum over every use, for one such node and for a batch of them."""
+    m = dy.ParameterCollection()
+    p = m.add_parameters(3)
+    dy.renew_cg(strategy)
+    loss = dy.esum([dy.sum_elems(dy.esum([p] * 5)) * (k + 1) for k in range(2)])
+    loss.backward()
+    np.testing.assert_allclose(p.grad_as_array(), np.full(3, 15.0))
