@@ -50,6 +50,14 @@ def table(records, title=None):
             _f(r.get("backward_s"), "%.3f"), _f(r.get("update_s"), "%.3f"), _f(r.get("rss_delta_mb"), "%.0f"),
             _f(r.get("peak_rss_mb"), "%.0f")))
     for r in ok:
+        npi = r.get("nodes_per_inst")
+        if r["framework"] == "autobatch" and r.get("strategy") != "vertex" and npi and r.get("build_s") is not None:
+            us = 1e6 / (npi * r["n"])     # seconds per pass -> microseconds per node
+            lines.append("per node (%s, %.0f nodes per instance): build %.2f us, schedule %.2f us, "
+                         "forward + backward %.2f us" % (label(r), npi, r["build_s"] * us,
+                                                         (r.get("schedule_s") or 0.0) * us,
+                                                         (r["forward_s"] + r["backward_s"]) * us))
+    for r in ok:
         if r.get("check_vs_lazy") is not None:
             lines.append("check_vs_lazy (%s): max relative difference of loss and parameter gradients "
                          "vs agenda on the first batch: %.1e" % (label(r), r["check_vs_lazy"]))
@@ -64,7 +72,8 @@ eager, so its fwd also includes building. mem MB: peak RSS minus the RSS right a
 framework (each run is a fresh process), i.e. what the model, data and training added. DyNet
 preallocates its memory pool at import (dynet_mem), so that pool is in its baseline and its
 figure shows only memory used outside the pool. peak MB: the whole process's peak RSS
-(interpreter, libraries, pool and all), the figure to compare memory across frameworks."""
+(interpreter, libraries, pool and all), the figure to compare memory across frameworks.
+per node: autobatch's phases divided by the graph nodes built per pass (lazy strategies)."""
 
 
 def plot(records, path):

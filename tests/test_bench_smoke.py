@@ -66,8 +66,13 @@ def test_ratio_column_against_dynet_agenda():
                 update_s=0.1, rss_delta_mb=1.0, fwd_batches_per_inst=None, bwd_batches_per_inst=None)
     recs = [dict(base, framework="autobatch", strategy="agenda", instances_per_s=50.0),
             dict(base, framework="dynet", strategy="agenda", instances_per_s=100.0)]
+    recs[0]["nodes_per_inst"] = 10.0
     lines = report.table(recs).splitlines()
     assert "0.50x" in next(l for l in lines if l.startswith("autobatch/agenda"))
+    # 0.1 s per pass (build; forward + backward: 0.2 s) over 10 nodes x n instances, per node
+    us = 0.1 * 1e6 / (10 * recs[0]["n"])
+    line = next(l for l in lines if l.startswith("per node"))
+    assert "build %.2f us" % us in line and "forward + backward %.2f us" % (2 * us) in line
     assert "1.00x" in next(l for l in lines if l.startswith("dynet/agenda"))
     recs[0]["peak_rss_mb"], recs[1]["peak_rss_mb"] = 70.0, 90.0
     row = report.summary(recs).splitlines()[-1]
