@@ -145,17 +145,14 @@ def lookup(p: LookupParameter, index: int, update: bool = True) -> Expression:
         return g.add1(_LOOKUP, g.pid(p), index, True)    # the common case, checked in one line
     if not isinstance(p, LookupParameter):
         raise TypeError(f"lookup: needs a LookupParameter, got {type(p).__name__} [at {user_line()}]")
-    if _vertex_index(index, p.value.shape[0]):
-        g = _S.graph or cg()
-        return g.add(_LOOKUP, (g.pid(p, update),), None, index)
-    if type(index) is not int:
-        if not isinstance(index, (numbers.Integral, np.integer)):
-            raise GraphError(f"lookup: index {index!r} is not an integer [at {user_line()}]")
-        index = int(index)
-    if not 0 <= index < p.value.shape[0]:
-        raise GraphError(f"lookup: index {index!r} out of range for a table of shape "
-                         f"{tuple(p.value.shape)} [at {user_line()}]")
-    g = _S.graph or cg()
+    if not _vertex_index(index, p.value.shape[0]):     # a per-vertex id is checked per call
+        if type(index) is not int:
+            if not isinstance(index, (numbers.Integral, np.integer)):
+                raise GraphError(f"lookup: index {index!r} is not an integer [at {user_line()}]")
+            index = int(index)
+        if not 0 <= index < p.value.shape[0]:
+            raise GraphError(f"lookup: index {index!r} out of range for a table of shape "
+                             f"{tuple(p.value.shape)} [at {user_line()}]")
     return g.add1(_LOOKUP, g.pid(p, update), index, True)
 
 

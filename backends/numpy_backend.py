@@ -69,13 +69,11 @@ class NumpyBackend:
         if len(rows) < 512:
             np.add.at(table, rows, vals)
             return
-        # many rows (a whole minibatch of lookups): sort, sum equal rows with one reduceat,
-        # then one buffered add over distinct rows -- 2.5x faster than np.add.at here
-        rows = np.asarray(rows)
-        order = np.argsort(rows, kind="stable")
-        r = rows[order]
-        starts = np.flatnonzero(np.concatenate(([True], r[1:] != r[:-1])))
-        table[r[starts]] += np.add.reduceat(vals.take(order, axis=0), starts, axis=0)
+        # many rows (a whole minibatch of lookups): equal rows summed first, then one
+        # buffered add over distinct rows -- 2.5x faster than np.add.at here
+        from autobatch.ops.base import RowGrad
+        g = RowGrad(np.asarray(rows), vals).summed(np)
+        table[g.rows] += g.vals
 
     def to_host(self, a):
         return np.asarray(a)

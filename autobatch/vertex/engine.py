@@ -14,7 +14,7 @@ path runs per frontier. Parameter gradients of products on that path are summed 
 all frontiers (see lazygrad.py)."""
 from __future__ import annotations
 
-from ..ops import ProductGrad
+from ..ops import ProductGrad, RowGrad
 from .trace import CONST, IDS, SEED
 from . import fuse, lazygrad
 
@@ -43,27 +43,6 @@ def _take_into(xp, src, idx, out):
         xp.take(src, idx, axis=0, out=out)
     else:
         out[...] = src[idx]
-
-
-def _unique_rows(xp, rows, vals):
-    """A RowGrad with each row once (duplicates summed by one sort and one segmented sum): a
-    call looks up the same frequent words thousands of times, and an unbuffered indexed add
-    over every lookup costs more than the rest of the lookup's backward."""
-    from ..ops import RowGrad
-    if rows.shape[0] < 2:
-        return RowGrad(rows, vals)
-    order = xp.argsort(rows, kind="stable")
-    r = rows[order]
-    starts = xp.flatnonzero(xp.concatenate((xp.ones(1, dtype=bool), r[1:] != r[:-1])))
-    if starts.shape[0] == r.shape[0]:
-        return RowGrad(rows, vals)
-    if hasattr(xp.add, "reduceat"):
-        sums = xp.add.reduceat(vals[order], starts, axis=0)
-    else:                                   # CuPy: no reduceat; segment ids and one scatter-add
-        seg = xp.cumsum(xp.concatenate((xp.zeros(1, dtype=xp.int64), (r[1:] != r[:-1]).astype(xp.int64))))
-        sums = xp.zeros((starts.shape[0],) + vals.shape[1:], dtype=vals.dtype)
-        _add_at(xp, sums, seg, vals[order])
-    return RowGrad(r[starts], sums)
 
 
 def _add_at(xp, a, idx, v):
@@ -374,7 +353,7 @@ class Run:
             else:
                 r = xp.concatenate([xp.asarray(r.rows).reshape(-1) for r in rows])
                 v = xp.concatenate([r.vals.reshape((-1,) + p.value.shape[1:]) for r in rows])
-                out.append(_unique_rows(xp, r, v))
+                out.append(RowGrad(r, v).summed(xp))
         return out
 
     def _pull_grads(self, xp, xs):
