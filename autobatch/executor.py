@@ -36,6 +36,15 @@ class Batch:
     __slots__ = ("ids", "op", "attr", "data", "xs", "ins", "out", "n", "y", "need", "first", "wide")
 
 
+class ViewBatch:
+    """Nodes whose outputs are their inputs' memory (op.view): nothing ran, nothing to undo
+    but their offsets, and no backward (their gradients accumulate in place)."""
+    __slots__ = ("ids",)
+    need = False
+    y = None
+    ins = ()        # nothing gathered
+
+
 class Executor:
     def __init__(self, graph):
         self.g = graph
@@ -120,6 +129,9 @@ class Executor:
             for b in self.batches[nb0:]:
                 for i in b.ids:
                     self.offs[i] = -1
+                if type(b) is ViewBatch:
+                    st.view_nodes -= len(b.ids)
+                    continue
                 name = g.sig_name(g.sigs[b.ids[0]])
                 st.sizes[name].pop()
                 if not st.sizes[name]:
@@ -139,7 +151,7 @@ class Executor:
             st.forward_calls += 1
             g._t_mark = t2
         self.done = hi
-        st.forward_batches += len(plan)
+        st.forward_batches += len(self.batches) - nb0 - sum(type(b) is ViewBatch for b in self.batches[nb0:])
         st.forward_nodes += sum(len(ids) for ids in plan)
 
     def _gather(self, srcs, shape, sizes_flat):
@@ -184,6 +196,8 @@ class Executor:
         op = g.ops[i0]
         a0 = g.args[i0]
         B = len(ids)
+        if op.has_view and self._view(ids, op, a0):
+            return
         shared = op.shared_of(len(a0))
         sizes_flat = None
         if op.elementwise and B > 1:
@@ -232,6 +246,33 @@ class Executor:
         b.first = min(ids)
         self.batches.append(b)
         g.stats.sizes[g.sig_name(g.sigs[i0])].append(B)
+
+    def _view(self, ids, op, a0):
+        """Point the nodes at their inputs' memory if op.view allows it for every node."""
+        g = self.g
+        pieces = op.view([g.shapes[a] for a in a0], g.attrs[ids[0]])
+        if pieces is None:
+            return False
+        offs = self.offs
+        B = len(ids)
+        cols = (a0,) if B == 1 else tuple(zip(*itemgetter(*ids)(g.args)))
+        starts = None
+        for j, delta in pieces:
+            o = list(itemgetter(*cols[j])(offs)) if B > 1 else [offs[a0[j]]]
+            if -1 in o:                    # an input outside the arena (a parameter)
+                return False
+            if delta:
+                o = list(map(delta.__add__, o))
+            if starts is None:
+                starts = o
+            elif o != starts:
+                return False
+        list(map(offs.__setitem__, ids, starts))
+        b = ViewBatch()
+        b.ids = ids
+        self.batches.append(b)
+        g.stats.view_nodes += B
+        return True
 
     def _wide(self, ids, a0, xs, ins):
         """Gather all inputs of all nodes of a batch of wide nodes (the per-instance esum of
@@ -366,12 +407,14 @@ class Executor:
             self._rows(gbuf, where[0], B, gr.size // B, where[1])[...] += gr.reshape(B, -1)
         elif kind == "gather":
             size = gr.size // len(srcs)
-            self.be.scatter_add(gbuf, where, size, gr, len(set(where)) == len(where))
+            self.be.scatter_add(gbuf, where, size, gr, self._disjoint(where, size))
         elif kind == "bcast":
             a = srcs[0]
             self._add_shared(gbuf, a, gr.sum(axis=0))
         elif kind == "flat" and where is not None:
-            self.be.scatter_add(gbuf, where, 1, gr, len(set(srcs)) == len(srcs))
+            unique = (len(set(srcs)) == len(srcs) if not self.g.stats.view_nodes
+                      else int(self.xp.unique(where).shape[0]) == where.shape[0])
+            self.be.scatter_add(gbuf, where, 1, gr, unique)
         else:                                   # sources outside the arena: node by node
             g = self.g
             flat = gr.reshape(-1)
@@ -391,11 +434,20 @@ class Executor:
                     o = self.offs[a]
                     gbuf[o:o + s] += piece
 
+    def _disjoint(self, offsets, size):
+        """No two of these blocks share an element (a buffered add is then exact). Blocks of
+        distinct nodes never overlap in the arena, but views (op.view) may alias each other:
+        two slices of one block, or a concatenation and one of its pieces."""
+        if not self.g.stats.view_nodes:
+            return len(set(offsets)) == len(offsets)
+        o = sorted(offsets)
+        return all(b - a >= size for a, b in zip(o, o[1:]))
+
     def _non_finite_message(self, i):
         g, xp = self.g, self.xp
         culprit = None
         for b in self.batches:
-            if not bool(xp.isfinite(b.y).all()):
+            if b.y is not None and not bool(xp.isfinite(b.y).all()):
                 flat = b.y.reshape(-1)
                 bad = int(xp.argmax(~xp.isfinite(flat)))
                 for n in b.ids:

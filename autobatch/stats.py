@@ -12,6 +12,7 @@ class Stats:
         self.forward_nodes = 0
         self.copies_done = 0
         self.copies_skipped = 0
+        self.view_nodes = 0              # nodes whose output is their inputs' memory (no kernel)
         self.schedule_s = 0.0
         self.forward_s = 0.0
         self.backward_s = 0.0
@@ -35,6 +36,7 @@ class Stats:
             "backward_calls": self.backward_calls,
             "copies_done": self.copies_done,
             "copies_skipped": self.copies_skipped,
+            "view_nodes": self.view_nodes,
             "build_s": build,
             "schedule_s": self.schedule_s,
             "forward_s": self.forward_s,

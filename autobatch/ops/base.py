@@ -92,12 +92,17 @@ class Op:
     """
 
     name = "?"
+    has_view = False      # set for subclasses that define view()
     shared: tuple[int, ...] = ()
     elementwise = False
     heavy = False
     batchable = True
     differentiable = True
     has_data = False
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        cls.has_view = cls.view is not Op.view
 
     def shared_of(self, n_inputs: int) -> tuple[int, ...]:
         """Which inputs are shared, for a node with n_inputs inputs."""
@@ -117,6 +122,15 @@ class Op:
         """Batched forward over B nodes: returns an array (B, *out_shape) (or a flat
         block of the same layout as the inputs for elementwise ops)."""
         raise NotImplementedError
+
+    def view(self, shapes: Sequence[tuple], attr: Any):
+        """Whether a node's output can be its inputs' own memory (no kernel, no copy, and no
+        backward: gradients then land where the inputs' gradients live). Returns None, or
+        pieces ((j, delta), ...): the output is the block of out-size elements that starts
+        at offset(input j) + delta, and the engine uses it only when that start is the same
+        for every listed input (a concatenation of blocks that already lie end to end, a
+        contiguous slice of one block)."""
+        return None
 
     def backward(self, xp, xs: list, y, gy, attr: Any, data: list | None) -> list:
         """One gradient per input (same layout as the input; shared inputs get the

@@ -4,6 +4,18 @@ from __future__ import annotations
 from .base import Op, ShapeError, register
 
 
+def _prod(dims):
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def _flat_order_same(shape):
+    """Row-major and column-major order agree (at most one dimension above 1)."""
+    return sum(1 for d in shape if d > 1) <= 1
+
+
 @register
 class Concatenate(Op):
     """concatenate(xs, d): join along dimension d (attr)."""
@@ -19,6 +31,15 @@ class Concatenate(Op):
                 raise ShapeError(f"concatenate along {d}: incompatible shapes "
                                  + ", ".join(str(s) for s in shapes))
         return s0[:d] + (sum(s[d] for s in shapes),) + s0[d + 1:]
+
+    def view(self, shapes, attr):
+        if _prod(shapes[0][:attr]) != 1:
+            return None              # pieces interleave in memory
+        pieces, k = [], 0
+        for j, s in enumerate(shapes):
+            pieces.append((j, -k))
+            k += _prod(s)
+        return tuple(pieces)
 
     def forward(self, xp, xs, attr, data):
         return xp.concatenate(xs, axis=attr + 1)
@@ -70,6 +91,9 @@ class Reshape(Op):
             raise ShapeError(f"reshape: cannot reshape {shapes[0]} ({n} elements) to {attr}")
         return attr
 
+    def view(self, shapes, attr):
+        return ((0, 0),) if _flat_order_same(shapes[0]) and _flat_order_same(attr) else None
+
     def forward(self, xp, xs, attr, data):
         return xs[0].reshape((xs[0].shape[0],) + attr, order="F")
 
@@ -110,6 +134,11 @@ class PickRange(Op):
         if not (0 <= d < len(sh) and 0 <= s < e <= sh[d]):
             raise ShapeError(f"pickrange: range [{s}, {e}) along {d} is out of bounds for shape {sh}")
         return sh[:d] + (e - s,) + sh[d + 1:]
+
+    def view(self, shapes, attr):
+        s, e, d = attr
+        sh = shapes[0]
+        return ((0, s * _prod(sh[d + 1:])),) if _prod(sh[:d]) == 1 else None
 
     def forward(self, xp, xs, attr, data):
         s, e, d = attr
