@@ -13,7 +13,7 @@ class Strategy(enum.Enum):
     """How forward groups nodes into batches."""
     NONE = "none"      # node by node, in creation order
     DEPTH = "depth"    # TensorFlow Fold: equal depth and signature
-    AGENDA = "agenda"  # ready nodes, lowest level first (see scheduler._agenda)
+    AGENDA = "agenda"  # ready nodes, lowest level first, or DyNet's rule where it learns that batches better (scheduler._adaptive)
     DYNET_AGENDA = "dynet-agenda"  # DyNet's rule: lowest average depth per signature first
 
 

@@ -16,8 +16,10 @@ from .runtime import Strategy
 
 
 def schedule(strategy: Strategy, lo: int, hi: int, sigs: list, depths: list, args: list,
-             heavy_of_sig, uses: list | None = None) -> list[list[int]]:
-    """uses: number of consumers of every node (the graph keeps it; computed if None)."""
+             heavy_of_sig, uses: list | None = None, family=None) -> list[list[int]]:
+    """uses: number of consumers of every node (the graph keeps it; computed if None).
+    family: a hashable naming the kind of graph (the model that built it); with it, the
+    agenda learns which of its two rules batches that kind of graph better."""
     if strategy is Strategy.NONE:
         return [[i] for i in range(lo, hi) if sigs[i] >= 0]
     if strategy is Strategy.DEPTH:
@@ -27,6 +29,37 @@ def schedule(strategy: Strategy, lo: int, hi: int, sigs: list, depths: list, arg
     if uses is None:
         uses = np.bincount(np.fromiter(itertools.chain.from_iterable(args), dtype=np.int64),
                            minlength=len(args)).tolist()
+    if family is None or hi - lo <= _SMALL:
+        return _agenda(lo, hi, sigs, depths, args, heavy_of_sig, uses)
+    return _adaptive(lo, hi, sigs, depths, args, heavy_of_sig, uses, family)
+
+
+# family -> [use DyNet's rule?, forwards scheduled]; a training loop builds the same kind of
+# graph thousands of times, so both rules are compared only now and then
+_FAMILIES: dict = {}
+_TRIALS = 2        # the first forwards of a family try both rules
+_RECHECK = 50      # and then every 50th, in case the data changed (longer sentences, ...)
+_DYNET_GAIN = 0.9  # DyNet's rule costs about twice as much to schedule: it must save 10% of batches
+
+
+def _adaptive(lo, hi, sigs, depths, args, heavy_of_sig, uses, family):
+    """The level rule, or DyNet's average-depth rule where it launches clearly fewer batches
+    for this kind of graph. Levels win on trees and on single sequences; DyNet's rule wins
+    where one sequence's inputs end at many different depths (a word LSTM over character
+    LSTMs of words of every length: it runs all characters first, then the words)."""
+    c = _FAMILIES.get(family)
+    if c is None:
+        if len(_FAMILIES) > 1000:
+            _FAMILIES.clear()
+        c = _FAMILIES[family] = [False, 0]
+    c[1] += 1
+    if c[1] <= _TRIALS or c[1] % _RECHECK == 0:
+        levels = _agenda(lo, hi, sigs, depths, args, heavy_of_sig, uses)
+        dynet = _dynet_agenda(lo, hi, sigs, depths, args, heavy_of_sig)
+        c[0] = len(dynet) <= _DYNET_GAIN * len(levels)
+        return dynet if c[0] else levels
+    if c[0]:
+        return _dynet_agenda(lo, hi, sigs, depths, args, heavy_of_sig)
     return _agenda(lo, hi, sigs, depths, args, heavy_of_sig, uses)
 
 

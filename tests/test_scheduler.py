@@ -93,3 +93,104 @@ def test_dynet_rule_gives_the_same_values_and_gradients(prog):
     assert abs(v1 - v2) <= 1e-4 * max(1.0, abs(v1))
     for a, b in zip(g1, g2):
         assert np.allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def _chars_then_words(P, sentences):
+    """A word chain over the final states of character chains of words of every length:
+    the word steps' inputs end at many different depths."""
+    E, Wc, Ww = P
+    losses = []
+    for words in sentences:
+        s = None
+        for w in words:
+            h = dy.lookup(E, w[0])
+            for c in w[1:]:
+                h = dy.tanh(Wc * h + dy.lookup(E, c))
+            s = h if s is None else dy.tanh(Ww * s + h)
+        losses.append(dy.sum_elems(s))
+    return dy.esum(losses)
+
+
+def _chains_params():
+    pc = dy.ParameterCollection()
+    return pc.add_lookup_parameters((30, 6)), pc.add_parameters((6, 6)), pc.add_parameters((6, 6))
+
+
+def _count(strategy, build_loss):
+    dy.renew_cg(strategy)
+    loss = build_loss()
+    v = loss.value()
+    loss.backward()
+    return v, dy.stats()["forward_batches"]
+
+
+def test_agenda_learns_which_rule_batches_a_kind_of_graph_better(monkeypatch):
+    """Levels lose to DyNet's average-depth rule on words over characters; the agenda tries
+    both on the first forwards of a kind of graph and keeps the better one."""
+    monkeypatch.setattr(scheduler, "_FAMILIES", {})
+    rng = np.random.default_rng(0)
+    P = _chains_params()
+    sentences = [[list(rng.integers(0, 30, size=rng.integers(1, 9))) for _ in range(rng.integers(3, 7))]
+                 for _ in range(12)]
+    runs = {s: _count(s, lambda: _chars_then_words(P, sentences)) for s in ("depth", "dynet-agenda", "agenda")}
+    dy.renew_cg("agenda")
+    _chars_then_words(P, sentences)
+    g = dy.cg()
+    assert g.node_count() > scheduler._SMALL
+    # the level rule alone (no family given)
+    n_levels = len(scheduler.schedule(Strategy.AGENDA, 0, g.node_count(), g.sigs, g.depths, g.args,
+                                      g.heavy_of_sig, g.uses))
+    assert runs["dynet-agenda"][1] <= scheduler._DYNET_GAIN * n_levels      # the case this is for
+    assert runs["agenda"][1] == runs["dynet-agenda"][1]
+    for s in ("depth", "dynet-agenda"):
+        np.testing.assert_allclose(runs["agenda"][0], runs[s][0], rtol=1e-5)
+    _count("agenda", lambda: _chars_then_words(P, sentences))     # the last trial
+    # later forwards of the same kind keep the choice without trying both
+    calls = []
+    orig = scheduler._agenda
+    monkeypatch.setattr(scheduler, "_agenda", lambda *a: calls.append(1) or orig(*a))
+    for _ in range(3):
+        assert _count("agenda", lambda: _chars_then_words(P, sentences))[1] == runs["dynet-agenda"][1]
+    assert calls == []
+
+
+def _forest(P, shapes):
+    """Tree-LSTM-like cells (two gates per vertex, a loss at every vertex): DyNet's rule
+    interleaves gates of different depths here and launches more batches than levels."""
+    E, Wc, Ww = P
+    out = []
+
+    def enc(t):
+        if isinstance(t, int):
+            h = dy.tanh(Wc * dy.lookup(E, t))
+        else:
+            left, right = enc(t[0]), enc(t[1])
+            h = dy.cmult(dy.logistic(Wc * left + Ww * right), dy.tanh(Ww * left + Wc * right))
+        out.append(dy.sum_elems(dy.logistic(h)))
+        return h
+    for t in shapes:
+        enc(t)
+    return dy.esum(out)
+
+
+def _random_tree(rng, n):
+    if n == 1:
+        return int(rng.integers(0, 30))
+    k = int(rng.integers(1, n))
+    return (_random_tree(rng, k), _random_tree(rng, n - k))
+
+
+def test_agenda_keeps_levels_on_trees(monkeypatch):
+    monkeypatch.setattr(scheduler, "_FAMILIES", {})
+    rng = np.random.default_rng(1)
+    P = _chains_params()
+    forest = [_random_tree(rng, int(rng.integers(2, 20))) for _ in range(16)]
+    dy.renew_cg("agenda")
+    _forest(P, forest)
+    g = dy.cg()
+    n_levels = len(scheduler.schedule(Strategy.AGENDA, 0, g.node_count(), g.sigs, g.depths, g.args,
+                                      g.heavy_of_sig, g.uses))
+    n_dynet = len(scheduler.schedule(Strategy.DYNET_AGENDA, 0, g.node_count(), g.sigs, g.depths, g.args,
+                                     g.heavy_of_sig))
+    assert g.node_count() > scheduler._SMALL and n_levels < n_dynet
+    assert _count("agenda", lambda: _forest(P, forest))[1] == n_levels
