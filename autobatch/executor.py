@@ -413,8 +413,11 @@ class Executor:
             a = srcs[0]
             self._add_shared(gbuf, a, gr.sum(axis=0))
         elif kind == "flat" and where is not None:
-            unique = (len(set(srcs)) == len(srcs) if not self.g.stats.view_nodes
-                      else int(self.xp.unique(where).shape[0]) == where.shape[0])
+            if self.g.stats.view_nodes:          # blocks of sizes that differ: check on the host
+                g = self.g
+                unique = self._disjoint([self.offs[a] for a in srcs], [g.sizes[a] for a in srcs])
+            else:
+                unique = len(set(srcs)) == len(srcs)
             self.be.scatter_add(gbuf, where, 1, gr, unique)
         else:                                   # sources outside the arena: node by node
             g = self.g
@@ -436,13 +439,17 @@ class Executor:
                     gbuf[o:o + s] += piece
 
     def _disjoint(self, offsets, size):
-        """No two of these blocks share an element (a buffered add is then exact). Blocks of
-        distinct nodes never overlap in the arena, but views (op.view) may alias each other:
-        two slices of one block, or a concatenation and one of its pieces."""
-        if not self.g.stats.view_nodes:
-            return len(set(offsets)) == len(offsets)
-        o = sorted(offsets)
-        return all(b - a >= size for a, b in zip(o, o[1:]))
+        """No two of these blocks (of `size` elements, or of sizes[k]) share an element: a
+        buffered add is then exact. Blocks of distinct nodes never overlap in the arena, but
+        views (op.view) may alias each other: two slices of one block, or a concatenation
+        and one of its pieces."""
+        if type(size) is int:
+            if not self.g.stats.view_nodes:
+                return len(set(offsets)) == len(offsets)
+            o = sorted(offsets)
+            return all(b - a >= size for a, b in zip(o, o[1:]))
+        blocks = sorted(zip(offsets, size))
+        return all(a + n <= b for (a, n), (b, _) in zip(blocks, blocks[1:]))
 
     def _non_finite_message(self, i):
         g, xp = self.g, self.xp
