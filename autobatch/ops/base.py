@@ -25,6 +25,19 @@ def register(cls):
     return op
 
 
+def prod(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def flat_order_same(shape) -> bool:
+    """Row-major and column-major order of this shape agree (at most one dimension above 1),
+    so a reshape or transpose keeps the memory order."""
+    return sum(1 for d in shape if d > 1) <= 1
+
+
 class RowGrad:
     """A sparse gradient for a shared table: ``grad[rows[k]] += vals[k]``.
 

@@ -2,7 +2,7 @@
 stacked x's become one matrix and the batch costs one GEMM."""
 from __future__ import annotations
 
-from .base import Op, ProductGrad, ShapeError, register
+from .base import Op, ProductGrad, ShapeError, flat_order_same, register
 
 
 def _mv_shape(name, w, x):
@@ -143,8 +143,7 @@ class Transpose(Op):
         return (s[1], s[0])
 
     def view(self, shapes, attr):
-        # a vector or a one-row/one-column matrix keeps its memory order
-        return ((0, 0),) if sum(1 for d in shapes[0] if d > 1) <= 1 else None
+        return ((0, 0),) if flat_order_same(shapes[0]) else None
 
     def forward(self, xp, xs, attr, data):
         x = xs[0]

@@ -1,19 +1,7 @@
 """Ops that move elements around: concatenation, slicing, picking, reshaping."""
 from __future__ import annotations
 
-from .base import Op, ShapeError, register
-
-
-def _prod(dims):
-    n = 1
-    for d in dims:
-        n *= d
-    return n
-
-
-def _flat_order_same(shape):
-    """Row-major and column-major order agree (at most one dimension above 1)."""
-    return sum(1 for d in shape if d > 1) <= 1
+from .base import Op, ShapeError, flat_order_same, prod, register
 
 
 @register
@@ -33,12 +21,12 @@ class Concatenate(Op):
         return s0[:d] + (sum(s[d] for s in shapes),) + s0[d + 1:]
 
     def view(self, shapes, attr):
-        if _prod(shapes[0][:attr]) != 1:
+        if prod(shapes[0][:attr]) != 1:
             return None              # pieces interleave in memory
         pieces, k = [], 0
         for j, s in enumerate(shapes):
             pieces.append((j, -k))
-            k += _prod(s)
+            k += prod(s)
         return tuple(pieces)
 
     def forward(self, xp, xs, attr, data):
@@ -81,18 +69,13 @@ class Reshape(Op):
     name = "reshape"
 
     def shape(self, shapes, attr):
-        n = 1
-        for d in shapes[0]:
-            n *= d
-        m = 1
-        for d in attr:
-            m *= d
+        n, m = prod(shapes[0]), prod(attr)
         if n != m:
             raise ShapeError(f"reshape: cannot reshape {shapes[0]} ({n} elements) to {attr}")
         return attr
 
     def view(self, shapes, attr):
-        return ((0, 0),) if _flat_order_same(shapes[0]) and _flat_order_same(attr) else None
+        return ((0, 0),) if flat_order_same(shapes[0]) and flat_order_same(attr) else None
 
     def forward(self, xp, xs, attr, data):
         return xs[0].reshape((xs[0].shape[0],) + attr, order="F")
@@ -138,7 +121,7 @@ class PickRange(Op):
     def view(self, shapes, attr):
         s, e, d = attr
         sh = shapes[0]
-        return ((0, s * _prod(sh[d + 1:])),) if _prod(sh[:d]) == 1 else None
+        return ((0, s * prod(sh[d + 1:])),) if prod(sh[:d]) == 1 else None
 
     def forward(self, xp, xs, attr, data):
         s, e, d = attr
