@@ -32,6 +32,11 @@ def _no_gc():
             gc.enable()
 
 
+def _columns(args, ids, a0):
+    """Input j of every node of the batch (a0: the first node's inputs), transposed at C speed."""
+    return (a0,) if len(ids) == 1 else tuple(zip(*itemgetter(*ids)(args)))
+
+
 class Batch:
     __slots__ = ("ids", "op", "attr", "data", "xs", "ins", "out", "n", "y", "need", "first", "wide")
 
@@ -115,8 +120,7 @@ class Executor:
         t0 = time.perf_counter()
         st._build_s += t0 - g._t_mark
         self._grow_offs(hi)
-        plan = schedule(g.strategy, lo, hi, g.sigs, g.depths, g.args, g.heavy_of_sig, g.uses,
-                        tuple(map(id, g.sig_op)))
+        plan = schedule(g.strategy, lo, hi, g.sigs, g.depths, g.args, g.heavy_of_sig, g.uses, g.sig_op)
         sizes = g.sizes
         pad = sum([sizes[ids[0]] for ids in plan])          # row alignment of each batch
         self._reserve(sum(sizes[lo:hi]) - sum([sizes[n] for n in g.ext if lo <= n < hi]) + pad)
@@ -197,8 +201,11 @@ class Executor:
         op = g.ops[i0]
         a0 = g.args[i0]
         B = len(ids)
-        if op.has_view and self._view(ids, op, a0):
-            return
+        cols = None
+        if op.has_view:
+            cols = _columns(g.args, ids, a0)
+            if self._view(ids, op, a0, cols):
+                return
         shared = op.shared_of(len(a0))
         sizes_flat = None
         if op.elementwise and B > 1:
@@ -210,8 +217,8 @@ class Executor:
         # one node with many same-shape inputs (the esum of all losses): one gather
         wide = len(a0) > 4 and not shared and self._wide(ids, a0, xs, ins)
         if not wide:
-            # input j of every node of the batch, transposed at C speed
-            cols = (a0,) if B == 1 else tuple(zip(*itemgetter(*ids)(g.args)))
+            if cols is None:
+                cols = _columns(g.args, ids, a0)
             for j, a in enumerate(a0):
                 if j in shared:
                     xs.append(self.value(a))
@@ -248,15 +255,15 @@ class Executor:
         self.batches.append(b)
         g.stats.sizes[g.sig_name(g.sigs[i0])].append(B)
 
-    def _view(self, ids, op, a0):
-        """Point the nodes at their inputs' memory if op.view allows it for every node."""
+    def _view(self, ids, op, a0, cols):
+        """Point the nodes at their inputs' memory if op.view allows it for every node
+        (cols: input j of every node, as _run uses them when it is not a view)."""
         g = self.g
         pieces = op.view([g.shapes[a] for a in a0], g.attrs[ids[0]])
         if pieces is None:
             return False
         offs = self.offs
         B = len(ids)
-        cols = (a0,) if B == 1 else tuple(zip(*itemgetter(*ids)(g.args)))
         starts = None
         for j, delta in pieces:
             o = list(itemgetter(*cols[j])(offs)) if B > 1 else [offs[a0[j]]]
