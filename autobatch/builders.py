@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import List, Optional, Sequence
 
 from . import api as dy
-from . import runtime
+from . import recipes, runtime
 from .errors import GraphError, user_line
 from .graph import Expression
 from .params import ConstInitializer, ParameterCollection
@@ -30,10 +30,11 @@ class _Run:
     """What one initial_state() fixes for a sequence: the parameter nodes of the
     current graph and the dropout masks (masks stay the same along the sequence)."""
 
-    __slots__ = ("exprs", "masks_x", "masks_h", "cells")
+    __slots__ = ("exprs", "pids", "masks_x", "masks_h", "cells")
 
     def __init__(self, exprs, masks_x, masks_h):
         self.exprs = exprs
+        self.pids = [tuple([e.i for e in P]) for P in exprs]    # node ids, for recipes.step
         self.masks_x = masks_x
         self.masks_h = masks_h
         self.cells = {}     # node of an lstm_cell [h; c] -> its c slice, made once for s()
@@ -218,11 +219,38 @@ class _Builder:
             elif self.dropout > 0 and not self._variational:
                 x = dy.dropout(x, self.dropout)
             mh = run.masks_h[l] if run.masks_h is not None else None
-            h, c = self._layer_step(run.exprs[l], x, h, c, mh)
+            h, c = self._replayed_step(run, l, x, h, c, mh)
             hs.append(h)
             cs.append(c)
             x = h
         return RNNState(self, run, state, hs, cs if self._has_cell else None)
+
+    def _replayed_step(self, run: _Run, l: int, x, h, c, mh):
+        """_layer_step, its nodes appended from a per-graph template after the first step of
+        each form (recipes.py): a step's nodes then cost a fraction of building them one by
+        one. Inputs from another graph take the normal path, which reports them."""
+        P = run.exprs[l]
+        g = x.cg
+        if g is not dy._S.graph or P[0].cg is not g:
+            return self._layer_step(P, x, h, c, mh)
+        ins = run.pids[l] + (x.i,)
+        form = 0                  # which of h, c, mh there are (unrolled: this runs per step)
+        if h is not None:
+            if type(h) is not Expression or h.cg is not g:
+                return self._layer_step(P, x, h, c, mh)
+            ins += (h.i,)
+            form = 1
+        if c is not None:
+            if type(c) is not Expression or c.cg is not g:
+                return self._layer_step(P, x, h, c, mh)
+            ins += (c.i,)
+            form |= 2
+        if mh is not None:
+            if type(mh) is not Expression or mh.cg is not g:
+                return self._layer_step(P, x, h, c, mh)
+            ins += (mh.i,)
+            form |= 4
+        return recipes.step(g, (self, l, form), ins, self._layer_step, P, x, h, c, mh)
 
 
 class VanillaLSTMBuilder(_Builder):

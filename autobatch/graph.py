@@ -82,6 +82,7 @@ class ComputationGraph:
         self._sigtab: dict = {}     # per-graph signature interning (shared node ids are per graph)
         self._fast: dict = {}       # add1/add2 caches (signatures are per graph)
         self._faff: dict = {}       # add_affine cache
+        self._recipes: dict = {}    # recipes.step templates (signatures are per graph)
         self.sig_op: list = []      # signature -> op (tie-breaks, stats)
         self.stats = Stats()
         self.exe = Executor(self)
@@ -177,8 +178,7 @@ class ComputationGraph:
             key = base
         sig = self._sigtab.get(key)
         if sig is None:
-            sig = self._sigtab[key] = len(self.sig_op)
-            self.sig_op.append(op)
+            sig = self._intern(key, op)
         depths.append(d + 1)
         needs.append(need and op.differentiable)
         uses.append(0)
@@ -285,6 +285,12 @@ class ComputationGraph:
         e.cg = self
         e.i = n
         return e
+
+    def _intern(self, key, op) -> int:
+        """A new signature for key (a base signature and the ids of shared operands)."""
+        sig = self._sigtab[key] = len(self.sig_op)
+        self.sig_op.append(op)
+        return sig
 
     def _add_caching(self, op, args, key, data=None, by_node=False, attr=None):
         e = self.add(op, args, attr, data)

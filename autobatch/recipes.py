@@ -1,0 +1,122 @@
+"""Repeated node patterns (one RNN layer step) appended by generated straight-line code.
+
+An RNN builder makes the same few nodes for every step of every sequence; through the
+expression functions each node costs about two microseconds of Python (argument checks,
+rule lookups, ten list appends), most of a BiLSTM's graph building. The first step of a kind
+in a graph is built the normal way and recorded as a template; later steps with the same key
+run one generated function that appends all its nodes with one ``extend`` per constant
+column. Signatures that depend on a shared operand's node id (W of an affine) are looked up
+per step, so a template never assumes which parameter node it reads."""
+from __future__ import annotations
+
+from .graph import _RULES, Expression, ThroughAdd, _new_expr
+
+_NO = object()    # the key's pattern cannot be replayed: always build it the normal way
+
+
+def step(g, key, ins: tuple, build, *args) -> tuple:
+    """The Expressions build(*args) returns (a tuple), its nodes appended from g's template for
+    key when there is one. ins: the node ids the nodes read (parameters included); every node
+    build makes may read only these and its own earlier nodes. key must determine, together
+    with the shapes of ins, which nodes build makes (ops, attributes, wiring)."""
+    key = (key, tuple(map(g.shapes.__getitem__, ins)))
+    t = g._recipes.get(key)
+    if t is None:
+        return _record(g, key, ins, build, args)
+    if t is _NO:
+        return build(*args)
+    return t(g, *ins)
+
+
+def _record(g, key, ins, build, args):
+    n0 = len(g.ops)
+    outs = build(*args)
+    if not isinstance(g, ThroughAdd):     # the debug graph and the tracer must see every add()
+        fn = _compile(g, n0, len(g.ops), ins, outs)
+        g._recipes[key] = _NO if fn is None else fn
+    return outs
+
+
+def _compile(g, n0, n1, ins, outs):
+    """A function (g, *ins) -> outs that appends the nodes [n0, n1) again, or None when they
+    cannot be replayed (data per node, nodes that read outside ins, unbatchable ops)."""
+    if n1 == n0 or len(set(ins)) != len(ins) or any(e is not None and (type(e) is not Expression or not n0 <= e.i < n1) for e in outs):
+        return None
+    pos = {a: j for j, a in enumerate(ins)}
+    const = {"_new": _new_expr, "_E": Expression}
+    body, cols = [], {"ops": [], "attrs": [], "datas": [], "shapes": [], "sizes": [], "sigs": []}
+    arg_src, dep_src, need_src = [], [], []
+
+    def ref(a):
+        return f"n + {a - n0}" if a >= n0 else f"i{pos[a]}"
+
+    for n in range(n0, n1):
+        op, a_n = g.ops[n], g.args[n]
+        if op is None or g.datas[n] is not None or any(a < n0 and a not in pos for a in a_n):
+            return None
+        r = _RULES.get((op, tuple(map(g.shapes.__getitem__, a_n)), g.attrs[n]))
+        if r is None or r[2] is None:
+            return None
+        k = n - n0
+        for c in ("ops", "attrs", "datas", "shapes", "sizes"):
+            cols[c].append(getattr(g, c)[n])
+        if r[3]:                       # the signature names shared operands: look it up per step
+            const[f"_K{k}"], const[f"_O{k}"] = r[2], op
+            sk = ", ".join(ref(a_n[j]) for j in r[3])
+            body.append(f"s{k} = sigtab.get((_K{k}, {sk}))")
+            body.append(f"if s{k} is None: s{k} = g._intern((_K{k}, {sk}), _O{k})")
+            cols["sigs"].append(None)
+        else:
+            cols["sigs"].append(g.sigs[n])
+        arg_src.append("(" + "".join(ref(a) + ", " for a in a_n) + ")")
+        ds = [f"d{a - n0}" if a >= n0 else f"D{pos[a]}" for a in a_n]
+        body.append(f"d{k} = {ds[0] if len(ds) == 1 else 'max(' + ', '.join(ds) + ')'} + 1")
+        es = [f"e{a - n0}" if a >= n0 else f"N{pos[a]}" for a in a_n]
+        body.append(f"e{k} = {' or '.join(es) if op.differentiable else 'False'}")
+        dep_src.append(f"d{k}")
+        need_src.append(f"e{k}")
+    m = n1 - n0
+    # uses: counted now for nodes of the template; inputs gain theirs per step
+    cols["uses"] = [0] * m
+    for n in range(n0, n1):
+        for a in g.args[n]:
+            if a >= n0:
+                cols["uses"][a - n0] += 1
+    in_uses = {}
+    for n in range(n0, n1):
+        for a in g.args[n]:
+            if a < n0:
+                in_uses[pos[a]] = in_uses.get(pos[a], 0) + 1
+    for c, v in cols.items():
+        const["_" + c.upper()] = tuple(v)
+    dyn_sigs = any(s is None for s in cols["sigs"])
+    names = ", ".join(f"i{j}" for j in range(len(ins)))
+    src = [f"def replay(g, {names}):",
+           "    depths, needs, uses, sigtab = g.depths, g.needs, g.uses, g._sigtab",
+           "    n = len(g.ops)"]
+    src += [f"    D{j} = depths[i{j}]; N{j} = needs[i{j}]" for j in range(len(ins))]
+    src += ["    " + line for line in body]
+    src += ["    g.ops.extend(_OPS)", "    g.attrs.extend(_ATTRS)", "    g.datas.extend(_DATAS)",
+            "    g.shapes.extend(_SHAPES)", "    g.sizes.extend(_SIZES)"]
+    if dyn_sigs:
+        sig_src = ", ".join(f"s{k}" if s is None else str(s) for k, s in enumerate(cols["sigs"]))
+        src.append(f"    g.sigs.extend(({sig_src},))")
+    else:
+        src.append("    g.sigs.extend(_SIGS)")
+    src.append(f"    g.args.extend(({', '.join(arg_src)},))")
+    src.append(f"    depths.extend(({', '.join(dep_src)},))")
+    src.append(f"    needs.extend(({', '.join(need_src)},))")
+    src += [f"    uses[i{j}] += {c}" for j, c in sorted(in_uses.items())]
+    src.append("    uses.extend(_USES)")
+    rets = []
+    for k, e in enumerate(outs):
+        if e is None:            # a cell-less builder's c
+            rets.append("None")
+            continue
+        src += [f"    o{k} = _new(_E)", f"    o{k}.cg = g", f"    o{k}.i = n + {e.i - n0}"]
+        rets.append(f"o{k}")
+    src.append(f"    return ({', '.join(rets)},)")
+    ns = dict(const)
+    exec(compile("\n".join(src), f"<autobatch recipe of {m} nodes>", "exec"), ns)
+    return ns["replay"]
+
