@@ -120,7 +120,7 @@ class Executor:
         t0 = time.perf_counter()
         st._build_s += t0 - g._t_mark
         self._grow_offs(hi)
-        plan = schedule(g.strategy, lo, hi, g.sigs, g.depths, g.args, g.heavy_of_sig, g.uses, g.sig_op)
+        plan = schedule(g.strategy, lo, hi, g.sigs, g.depths, g.args, g.heavy_of_sig, g.uses, g.family_key)
         sizes = g.sizes
         pad = sum([sizes[ids[0]] for ids in plan])          # row alignment of each batch
         self._reserve(sum(sizes[lo:hi]) - sum([sizes[n] for n in g.ext if lo <= n < hi]) + pad)

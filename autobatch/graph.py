@@ -347,6 +347,13 @@ class ComputationGraph:
         self.forward_to(i)
         return self.exe.value(i)
 
+    def family_key(self) -> frozenset:
+        """What names the kind of graph for the scheduler's per-kind choices: the sets of ops
+        and parameters it uses. Sets, not sequences: signatures appear in the order the data
+        first needs them (a one-word first sentence, an esum of every arity), which changes
+        from one minibatch to the next while the model stays the same."""
+        return frozenset(map(id, self.sig_op)) | frozenset(map(id, self.ext.values()))
+
     def heavy_of_sig(self, s: int) -> bool:
         return self.sig_op[s].heavy
 

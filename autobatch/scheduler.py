@@ -18,9 +18,9 @@ from .runtime import Strategy
 def schedule(strategy: Strategy, lo: int, hi: int, sigs: list, depths: list, args: list,
              heavy_of_sig, uses: list | None = None, family=None) -> list[list[int]]:
     """uses: number of consumers of every node (the graph keeps it; computed if None).
-    family: the graph's ops by signature (g.sig_op), which name the kind of graph (the model
-    that built it); with it, the agenda learns which of its two rules batches that kind of
-    graph better."""
+    family: a function returning a key for the kind of graph (the model that built it, as
+    ComputationGraph.family_key); with it, the agenda learns which of its two rules batches
+    that kind of graph better."""
     if strategy is Strategy.NONE:
         return [[i] for i in range(lo, hi) if sigs[i] >= 0]
     if strategy is Strategy.DEPTH:
@@ -48,7 +48,7 @@ def _adaptive(lo, hi, sigs, depths, args, heavy_of_sig, uses, family):
     for this kind of graph. Levels win on trees and on single sequences; DyNet's rule wins
     where one sequence's inputs end at many different depths (a word LSTM over character
     LSTMs of words of every length: it runs all characters first, then the words)."""
-    family = tuple(map(id, family))     # built only here: most forwards never need it
+    family = family()     # computed only here: most forwards never need it
     c = _FAMILIES.get(family)
     if c is None:
         if len(_FAMILIES) > 1000:

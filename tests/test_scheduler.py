@@ -145,12 +145,17 @@ def test_agenda_learns_which_rule_batches_a_kind_of_graph_better(monkeypatch):
     for s in ("depth", "dynet-agenda"):
         np.testing.assert_allclose(runs["agenda"][0], runs[s][0], rtol=1e-5)
     _count("agenda", lambda: _chars_then_words(P, sentences))     # the last trial
-    # later forwards of the same kind keep the choice without trying both
+    # later forwards of the same kind keep the choice without trying both, also on other
+    # sentences (signatures then appear in another order: a one-letter word first, ...)
     calls = []
     orig = scheduler._agenda
     monkeypatch.setattr(scheduler, "_agenda", lambda *a: calls.append(1) or orig(*a))
     for _ in range(3):
         assert _count("agenda", lambda: _chars_then_words(P, sentences))[1] == runs["dynet-agenda"][1]
+    for k in range(3):
+        other = [[[5]]] + [[[int(c) for c in rng.integers(0, 30, size=1 + (k + j) % 9)]
+                            for j in range(rng.integers(3, 7))] for _ in range(11)]
+        _count("agenda", lambda: _chars_then_words(P, other))
     assert calls == []
 
 
@@ -168,9 +173,12 @@ def _forest(P, shapes):
             h = dy.cmult(dy.logistic(Wc * left + Ww * right), dy.tanh(Ww * left + Wc * right))
         out.append(dy.sum_elems(dy.logistic(h)))
         return h
+    per_tree = []
     for t in shapes:
+        out = []
         enc(t)
-    return dy.esum(out)
+        per_tree.append(dy.esum(out))    # an esum of every tree size: signatures vary with the data
+    return dy.esum(per_tree)
 
 
 def _random_tree(rng, n):
@@ -194,3 +202,13 @@ def test_agenda_keeps_levels_on_trees(monkeypatch):
                                      g.heavy_of_sig))
     assert g.node_count() > scheduler._SMALL and n_levels < n_dynet
     assert _count("agenda", lambda: _forest(P, forest))[1] == n_levels
+    _count("agenda", lambda: _forest(P, forest))      # the last trial
+    # other forests of the same model (a one-leaf tree first: signatures in another order)
+    # keep the choice: no more trials of DyNet's rule
+    calls = []
+    orig = scheduler._dynet_agenda
+    monkeypatch.setattr(scheduler, "_dynet_agenda", lambda *a: calls.append(1) or orig(*a))
+    for k in range(3):
+        other = [_random_tree(rng, 1)] + [_random_tree(rng, int(rng.integers(2, 20))) for _ in range(15)]
+        _count("agenda", lambda: _forest(P, other))
+    assert calls == []
