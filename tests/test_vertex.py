@@ -362,3 +362,14 @@ def test_bench_vertex_versions_match_their_lazy_models(f64, task):
     model = t.Model(dy, pc, meta, 8)
     assert task in vertex_tasks.NAMES
     assert vertex_tasks.check_vs_lazy(dy, task, model, pc, meta, data) < 1e-9
+
+
+def test_even_child_rows_become_slices():
+    """Children rows that step evenly upwards are read as a strided view; anything else
+    (repeats of the zero row, descending, uneven) is gathered."""
+    from autobatch.vertex.engine import _progression
+    assert _progression(np.array([3])) == slice(3, 4)
+    assert _progression(np.array([0, 2, 4, 6])) == slice(0, 7, 2)
+    assert _progression(np.array([5, 6, 7])) == slice(5, 8, 1)
+    for idx in ([], [4, 4, 4], [6, 4, 2], [0, 2, 5], [0, 2, 4, 7]):
+        assert _progression(np.array(idx, dtype=np.int64)) is None

@@ -14,6 +14,8 @@ path runs per frontier. Parameter gradients of products on that path are summed 
 all frontiers (see lazygrad.py)."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..ops import ProductGrad, RowGrad
 from .trace import CONST, IDS, SEED
 from . import fuse, lazygrad
@@ -43,6 +45,28 @@ def _take_into(xp, src, idx, out):
         xp.take(src, idx, axis=0, out=out)
     else:
         out[...] = src[idx]
+
+
+def _progression(idx):
+    """idx (a host int array) as a slice when it steps evenly upwards (the children of a
+    level of a complete tree: every other row), else None: a strided view then replaces the
+    gather, and backward adds into that view in place instead of a gather-add-scatter."""
+    n = len(idx)
+    if n < 2:
+        return None if n == 0 else slice(int(idx[0]), int(idx[0]) + 1)
+    a, step = int(idx[0]), int(idx[1] - idx[0])
+    if step <= 0 or int(idx[-1]) != a + step * (n - 1) or not (np.diff(idx) == step).all():
+        return None
+    return slice(a, a + step * (n - 1) + 1, step)
+
+
+def _gather(xp, src, idx, out):
+    """out[...] = src[idx] for host row indices idx: a strided copy where they step evenly."""
+    sl = _progression(idx)
+    if sl is not None:
+        out[...] = src[sl]
+    else:
+        _take_into(xp, src, xp.asarray(idx), out)
 
 
 def _add_at(xp, a, idx, v):
@@ -171,7 +195,7 @@ class Run:
             cp = K.rows.childpos
             for c, j, s in t.gathers:
                 if t.phase[s] == "front":
-                    _take_into(xp, state[j], xp.asarray(cp[r0:r1, c]), K.buf[s][r0:r1])
+                    _gather(xp, state[j], cp[r0:r1, c], K.buf[s][r0:r1])
             for s in t.front:
                 self._run(K, s, r0, r1)
             launches += len(t.front)
@@ -182,7 +206,7 @@ class Run:
             t = K.t
             for c, j, s in t.gathers:
                 if t.phase[s] == "post":
-                    _take_into(xp, state[j], xp.asarray(K.rows.childpos[:, c]), K.buf[s])
+                    _gather(xp, state[j], K.rows.childpos[:, c], K.buf[s])
             for s in t.post:
                 self._run(K, s, 0, K.n)
             launches += len(t.post)
@@ -330,6 +354,10 @@ class Run:
         return list(dict.fromkeys(s for s, _, _ in deferred))
 
     def _gather_back(self, xp, gstate, idx, g, dup):
+        sl = _progression(idx)
+        if sl is not None:              # distinct rows: an in-place add into the strided view
+            gstate[sl] += g
+            return
         idx = xp.asarray(idx)
         if dup:
             _add_at(xp, gstate, idx, g)
