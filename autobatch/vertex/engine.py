@@ -47,6 +47,14 @@ def _take_into(xp, src, idx, out):
         out[...] = src[idx]
 
 
+def _fusion_plan(t):
+    """fuse.plan(t), kept on the trace: a vertex function is traced once and run many times."""
+    p = getattr(t, "fusion", None)
+    if p is None:
+        p = t.fusion = fuse.plan(t)
+    return p
+
+
 def _progression(idx):
     """idx (a host int array) as a slice when it steps evenly upwards (the children of a
     level of a complete tree: every other row), else None: a strided view then replaces the
@@ -90,6 +98,7 @@ class Run:
         self.total, self.dtype, self.seed = total, dtype, seed
         self.kinds = None
         self.stats = {}
+        self.fused = None                   # id(trace) -> fuse.plan, where kernels are generated
 
     # ------------------------------------------------------------------ helpers
     def _x(self, K, a, stacked, r0, r1):
@@ -98,6 +107,11 @@ class Run:
             v = t.src[a][1].value
             return self.xp.broadcast_to(v, (r1 - r0,) + v.shape) if stacked else v
         return K.buf[a][r0:r1]
+
+    def _launches(self, t, seq):
+        if self.fused is None:
+            return len(seq)
+        return len(seq) - sum(1 for s in seq if s in self.fused[id(t)][1])
 
     def _data(self, K, src, s, r0, r1):
         dkind = src[5]
@@ -146,6 +160,15 @@ class Run:
     def _run(self, K, s, r0, r1):
         if s in K.t.concat_free:
             return
+        if self.fused is not None:
+            first, skip = self.fused[id(K.t)]
+            if s in skip:
+                return                      # ran inside its group's kernel
+            grp = first.get(s)
+            if grp is not None:
+                grp.launch(self.xp, [self._x(K, a, False, r0, r1) for a in grp.ins],
+                           [K.buf[m][r0:r1] for m in grp.members])
+                return
         src = K.t.src[s]
         op, args, attr = src[1], src[2], src[3]
         shared = op.shared_of(len(args))
@@ -170,6 +193,10 @@ class Run:
         for st in state:
             st[N] = 0                       # what a missing child gathers
         launches = 0
+        # CuPy: runs of elementwise instructions as one generated kernel each (fuse.py)
+        self.fused = None
+        if fuse.kernels_for(xp):
+            self.fused = {id(t): _fusion_plan(t) for t in self.traces}
         for K in kinds:
             t, n = K.t, K.n
             gids = xp.asarray(K.rows.gids)
@@ -182,7 +209,7 @@ class Run:
                 _take_into(xp, pull_all[name].reshape((-1,) + t.shapes[s]), gids, K.buf[s])
             for s in t.pre:
                 self._run(K, s, 0, n)
-            launches += len(t.pre)
+            launches += self._launches(t, t.pre)
             pos = xp.asarray(K.rows.pos)
             for j, s in enumerate(t.scatter):
                 if t.phase[s] == "pre":
@@ -198,7 +225,7 @@ class Run:
                     _gather(xp, state[j], cp[r0:r1, c], K.buf[s][r0:r1])
             for s in t.front:
                 self._run(K, s, r0, r1)
-            launches += len(t.front)
+            launches += self._launches(t, t.front)
             for j, s in enumerate(t.scatter):
                 if t.phase[s] != "pre":
                     state[j][g0:g0 + r1 - r0] = K.buf[s][r0:r1]
@@ -209,7 +236,7 @@ class Run:
                     _gather(xp, state[j], K.rows.childpos[:, c], K.buf[s])
             for s in t.post:
                 self._run(K, s, 0, K.n)
-            launches += len(t.post)
+            launches += self._launches(t, t.post)
         out = xp.zeros(self.total, dtype=dtype)
         for name, shape, size, off in self.pushes:
             # the lazy graph's reshape is column-major (DyNet's), so out[name] = reshape(segment,

@@ -2,7 +2,14 @@
 
 NumPy: an elementwise instruction writes straight into its block of the symbol's dynamic
 tensor with ``out=`` ufunc calls, so a chain like ``o * tanh(i * u + f * c)`` runs as a chain of
-in-place kernels without temporaries or copies. The formulas are the ops' own (same rounding)."""
+in-place kernels without temporaries or copies. The formulas are the ops' own (same rounding).
+
+CuPy: each run of consecutive elementwise instructions of a phase becomes one generated
+``ElementwiseKernel``: one launch per frontier instead of one per instruction. It still writes
+every instruction's output to its dynamic tensor (backward reads them), but reads its own
+intermediates from registers. The C expressions are the ops' NumPy formulas, operation for
+operation; results differ from NumPy's in the last bits (the device's tanh/exp, a·x+b contracted
+to one FMA) and rectify uses fmax, which maps NaN to 0 where NumPy's maximum keeps it."""
 from __future__ import annotations
 
 import numpy as np
@@ -49,6 +56,11 @@ _NUMPY = {
 ENABLED = True
 
 
+def kernels_for(xp) -> bool:
+    """Whether runs of elementwise instructions become generated kernels on this array module."""
+    return ENABLED and xp is not np
+
+
 def forward_into(xp, op, xs, attr, out) -> bool:
     """Compute op into `out` in place; False when this op has no fused path here."""
     if not ENABLED or xp is not np or not op.elementwise:
@@ -58,3 +70,111 @@ def forward_into(xp, op, xs, attr, out) -> bool:
         return False
     f(xs, out, attr)
     return True
+
+
+# op name -> C expression of its forward from its operands' expressions (T: the element type)
+_CUDA = {
+    "tanh": lambda a, attr: f"tanh({a[0]})",
+    "logistic": lambda a, attr: f"((T)0.5 * (tanh({a[0]} * (T)0.5) + (T)1))",
+    "rectify": lambda a, attr: f"fmax({a[0]}, (T)0)",
+    "exp": lambda a, attr: f"exp({a[0]})",
+    "square": lambda a, attr: f"({a[0]} * {a[0]})",
+    "add": lambda a, attr: "(" + " + ".join(a) + ")",
+    "sub": lambda a, attr: f"({a[0]} - {a[1]})",
+    "cmult": lambda a, attr: f"({a[0]} * {a[1]})",
+    "scale_shift": lambda a, attr: f"({a[0]} * (T){float(attr[0])!r} + (T){float(attr[1])!r})",
+}
+
+
+class Group:
+    """Consecutive elementwise instructions of one phase, run as one kernel: ins are the
+    symbols it reads from outside (parameters broadcast), members the symbols it writes."""
+
+    __slots__ = ("members", "ins", "body", "kernel")
+
+    def __init__(self, members, ins, body):
+        self.members, self.ins, self.body = members, ins, body
+        self.kernel = None
+
+    def params(self):
+        return (", ".join(f"T x{j}" for j in range(len(self.ins))),
+                ", ".join(f"T y{k}" for k in range(len(self.members))))
+
+    def launch(self, xp, xs, outs):
+        if self.kernel is None:
+            self.kernel = _kernel(*self.params(), self.body)
+        self.kernel(*xs, *outs)
+
+
+_KERNELS: dict = {}
+
+
+def _kernel(in_params, out_params, body):
+    key = (in_params, out_params, body)
+    k = _KERNELS.get(key)
+    if k is None:
+        import cupy
+        k = _KERNELS[key] = cupy.ElementwiseKernel(in_params, out_params, body, f"autobatch_fused_{len(_KERNELS)}")
+    return k
+
+
+def _fusable(t, s):
+    src = t.src[s]
+    op = src[1] if src[0] == "op" else None
+    if op is None or op.name not in _CUDA or op.has_data or s in t.concat_free:
+        return False
+    if op.name == "scale_shift" and not all(np.isfinite(float(v)) for v in src[3]):
+        return False
+    # same per-row shape everywhere: the kernel broadcasts parameters against the stacked rows
+    return all(t.shapes[a] == t.shapes[s] for a in src[2])
+
+
+def groups(t, seq) -> dict:
+    """{first symbol: Group} for the runs of at least two fusable instructions in seq (a phase
+    list of trace t, in execution order); the other members are skipped when run."""
+    out, run = {}, []
+    for s in list(seq) + [None]:
+        if s is not None and _fusable(t, s):
+            run.append(s)
+            continue
+        if len(run) >= 2:
+            out[run[0]] = _group(t, run)
+        run = []
+    return out
+
+
+def plan(t):
+    """Groups of every phase of trace t and the symbols they cover, computed once per trace."""
+    first = {}
+    for seq in (t.pre, t.front, t.post):
+        first.update(groups(t, seq))
+    skip = frozenset(s for g in first.values() for s in g.members[1:])
+    return first, skip
+
+
+def _group(t, members):
+    local = {s: f"v{k}" for k, s in enumerate(members)}
+    ins, lines = [], []
+    for k, s in enumerate(members):
+        src = t.src[s]
+        refs = []
+        for a in src[2]:
+            if a not in local:
+                if a not in ins:
+                    ins.append(a)
+                refs.append(f"x{ins.index(a)}")
+            else:
+                refs.append(local[a])
+        lines.append(f"T v{k} = {_CUDA[src[1].name](refs, src[3])}; y{k} = v{k};")
+    return Group(tuple(members), tuple(ins), "\n".join(lines))
+
+
+def emulate(group, xs, outs):
+    """Run a group's generated body with NumPy (tests check the generated code this way where
+    there is no GPU): the same statements, with C casts and declarations dropped."""
+    env = {"tanh": np.tanh, "exp": np.exp, "fmax": np.fmax}
+    env.update({f"x{j}": x for j, x in enumerate(xs)})
+    code = group.body.replace("(T)", "").replace("T v", "v")
+    exec(compile(code.replace("; ", "\n"), "<fused>", "exec"), env)
+    for k, o in enumerate(outs):
+        o[...] = env[f"y{k}"]
