@@ -78,14 +78,12 @@ def _compile(g, n0, n1, ins, outs):
     m = n1 - n0
     # uses: counted now for nodes of the template; inputs gain theirs per step
     cols["uses"] = [0] * m
+    in_uses = {}
     for n in range(n0, n1):
         for a in g.args[n]:
             if a >= n0:
                 cols["uses"][a - n0] += 1
-    in_uses = {}
-    for n in range(n0, n1):
-        for a in g.args[n]:
-            if a < n0:
+            else:
                 in_uses[pos[a]] = in_uses.get(pos[a], 0) + 1
     for c, v in cols.items():
         const["_" + c.upper()] = tuple(v)
