@@ -217,15 +217,35 @@ def test_unknown_backend_name_is_rejected():
     assert runtime.state().backend_name == "numpy"
 
 
-@pytest.mark.parametrize("n", [5, 3000])
-def test_numpy_add_rows_sums_repeated_rows(n):
-    """Both paths of add_rows (np.add.at for few rows, sort + reduceat for many) add every
-    repeated row's values, into a table with existing content."""
+@pytest.mark.parametrize("n, width", [(5, (3,)), (3000, (3,)), (3000, (64,)), (3000, (4, 16))])
+def test_numpy_add_rows_sums_repeated_rows(n, width):
+    """Every path of add_rows adds every repeated row's values, into a table with existing
+    content: np.add.at for few rows; for many, one sort and then either one reduceat (many
+    short repeats: 3000 lookups of 50 rows of 3) or one block sum per repeated row (few
+    repeats next to the elements: rows of 64 or 4x16)."""
     rng = np.random.default_rng(n)
-    table = rng.normal(size=(50, 3))
+    table = rng.normal(size=(50,) + width)
     rows = rng.integers(0, 50, n)
-    vals = rng.normal(size=(n, 3))
+    vals = rng.normal(size=(n,) + width)
     want = table.copy()
     np.add.at(want, rows, vals)
     NumpyBackend().add_rows(table, rows, vals)
     np.testing.assert_allclose(table, want, rtol=1e-12, atol=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 40), st.integers(2, 400), st.sampled_from([1, 8, 200]), st.integers(0, 2**31))
+def test_row_grad_summed_has_each_row_once_with_its_sum(V, n, d, seed):
+    """RowGrad.summed: distinct rows, each with the sum of its values, whichever segment-sum
+    path the sizes pick (d=200 with few distinct rows takes the per-segment one)."""
+    from autobatch.ops import RowGrad
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(0, V, n)
+    vals = rng.normal(size=(n, d))
+    g = RowGrad(rows, vals).summed(np)
+    assert len(set(g.rows.tolist())) == len(g.rows)
+    got = np.zeros((V, d))
+    got[g.rows] = g.vals
+    want = np.zeros((V, d))
+    np.add.at(want, rows, vals)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)

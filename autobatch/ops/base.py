@@ -38,6 +38,25 @@ def flat_order_same(shape) -> bool:
     return sum(1 for d in shape if d > 1) <= 1
 
 
+def _segment_sums(xp, v, starts):
+    """Sums of the row blocks v[starts[k]:starts[k+1]] (NumPy). reduceat over axis 0 runs its
+    inner loop down a column per segment (about 2.5 ns an element here); a contiguous block's
+    sum(axis=0) adds whole rows, so when the repeated segments are few next to the elements,
+    one sum per repeated segment is 2-3x faster (a 16384-lookup minibatch over 1000 words:
+    14 -> 7 ms)."""
+    n = v.shape[0]
+    ends = xp.empty_like(starts)
+    ends[:-1] = starts[1:]
+    ends[-1] = n
+    multi = xp.flatnonzero(ends - starts > 1)
+    if multi.shape[0] * 1024 > v.size:       # many short repeats: one reduceat is cheaper
+        return xp.add.reduceat(v, starts, axis=0)
+    out = v.take(starts, axis=0)
+    for k, s, e in zip(multi.tolist(), starts[multi].tolist(), ends[multi].tolist()):
+        v[s:e].sum(axis=0, out=out[k])
+    return out
+
+
 class RowGrad:
     """A sparse gradient for a shared table: ``grad[rows[k]] += vals[k]``.
 
@@ -65,7 +84,7 @@ class RowGrad:
         if starts.shape[0] == r.shape[0]:
             return self
         if hasattr(xp.add, "reduceat"):
-            sums = xp.add.reduceat(vals.take(order, axis=0), starts, axis=0)
+            sums = _segment_sums(xp, vals.take(order, axis=0), starts)
         else:                               # CuPy: no reduceat; segment ids and one scatter-add
             import cupyx
             seg = xp.cumsum(xp.concatenate((xp.zeros(1, dtype=xp.int64), (r[1:] != r[:-1]).astype(xp.int64))))
@@ -106,6 +125,7 @@ class Op:
 
     name = "?"
     has_view = False      # set for subclasses that define view()
+    has_into = False      # set for subclasses that define forward_into()
     shared: tuple[int, ...] = ()
     elementwise = False
     heavy = False
@@ -116,6 +136,7 @@ class Op:
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
         cls.has_view = cls.view is not Op.view
+        cls.has_into = cls.forward_into is not Op.forward_into
 
     def shared_of(self, n_inputs: int) -> tuple[int, ...]:
         """Which inputs are shared, for a node with n_inputs inputs."""
@@ -134,6 +155,13 @@ class Op:
     def forward(self, xp, xs: list, attr: Any, data: list | None):
         """Batched forward over B nodes: returns an array (B, *out_shape) (or a flat
         block of the same layout as the inputs for elementwise ops)."""
+        raise NotImplementedError
+
+    def forward_into(self, xp, xs: list, attr: Any, data: list | None, out) -> None:
+        """forward() written into ``out``, the batch's own block of the engine's memory (or
+        of a dynamic tensor), shaped as forward() would return it: the op's result then
+        costs no copy and no temporary. Optional; an op that defines it may inherit a
+        forward() that allocates ``out`` (see ``elementwise.Unary``)."""
         raise NotImplementedError
 
     def view(self, shapes: Sequence[tuple], attr: Any):

@@ -2,12 +2,27 @@
 shape: tanh of a 256-vector and of a 32-vector run in one kernel over a flat block."""
 from __future__ import annotations
 
+import numpy as np
+
 from .base import Op, ShapeError, register
 
 
-class Unary(Op):
+class _Into(Op):
+    """The ops below that define only forward_into (their one formula, written with out=)
+    get forward() from it: a fresh block of the inputs' broadcast shape."""
     elementwise = True
 
+    def forward(self, xp, xs, attr, data):
+        shape = xs[0].shape
+        for x in xs[1:]:
+            if x.shape != shape:          # a shared (d,) operand beside a stacked (B, d) one
+                shape = np.broadcast_shapes(shape, x.shape)
+        out = xp.empty(shape, dtype=xp.result_type(*xs))
+        self.forward_into(xp, xs, attr, data, out)
+        return out
+
+
+class Unary(_Into):
     def shape(self, shapes, attr):
         return shapes[0]
 
@@ -21,9 +36,7 @@ def _same(name, shapes):
     return s0
 
 
-class NAry(Op):
-    elementwise = True
-
+class NAry(_Into):
     def shape(self, shapes, attr):
         return _same(self.name, shapes)
 
@@ -32,8 +45,8 @@ class NAry(Op):
 class Tanh(Unary):
     name = "tanh"
 
-    def forward(self, xp, xs, attr, data):
-        return xp.tanh(xs[0])
+    def forward_into(self, xp, xs, attr, data, out):
+        xp.tanh(xs[0], out=out)
 
     def backward(self, xp, xs, y, gy, attr, data):
         return [gy * (1 - y * y)]
@@ -43,12 +56,12 @@ class Tanh(Unary):
 class Logistic(Unary):
     name = "logistic"
 
-    def forward(self, xp, xs, attr, data):
+    def forward_into(self, xp, xs, attr, data, out):
         # 0.5·(tanh(x/2)+1) is the logistic without exp overflow for large |x|
-        y = xp.tanh(xs[0] * 0.5)
-        y += 1
-        y *= 0.5
-        return y
+        xp.multiply(xs[0], 0.5, out=out)
+        xp.tanh(out, out=out)
+        out += 1
+        out *= 0.5
 
     def backward(self, xp, xs, y, gy, attr, data):
         return [gy * y * (1 - y)]
@@ -58,8 +71,8 @@ class Logistic(Unary):
 class Rectify(Unary):
     name = "rectify"
 
-    def forward(self, xp, xs, attr, data):
-        return xp.maximum(xs[0], 0)
+    def forward_into(self, xp, xs, attr, data, out):
+        xp.maximum(xs[0], 0, out=out)
 
     def backward(self, xp, xs, y, gy, attr, data):
         return [gy * (xs[0] > 0)]
@@ -81,8 +94,8 @@ class Elu(Unary):
 class Exp(Unary):
     name = "exp"
 
-    def forward(self, xp, xs, attr, data):
-        return xp.exp(xs[0])
+    def forward_into(self, xp, xs, attr, data, out):
+        xp.exp(xs[0], out=out)
 
     def backward(self, xp, xs, y, gy, attr, data):
         return [gy * y]
@@ -92,8 +105,8 @@ class Exp(Unary):
 class Log(Unary):
     name = "log"
 
-    def forward(self, xp, xs, attr, data):
-        return xp.log(xs[0])
+    def forward_into(self, xp, xs, attr, data, out):
+        xp.log(xs[0], out=out)
 
     def backward(self, xp, xs, y, gy, attr, data):
         return [gy / xs[0]]
@@ -103,8 +116,8 @@ class Log(Unary):
 class Sqrt(Unary):
     name = "sqrt"
 
-    def forward(self, xp, xs, attr, data):
-        return xp.sqrt(xs[0])
+    def forward_into(self, xp, xs, attr, data, out):
+        xp.sqrt(xs[0], out=out)
 
     def backward(self, xp, xs, y, gy, attr, data):
         return [gy * 0.5 / y]
@@ -114,8 +127,8 @@ class Sqrt(Unary):
 class Square(Unary):
     name = "square"
 
-    def forward(self, xp, xs, attr, data):
-        return xs[0] * xs[0]
+    def forward_into(self, xp, xs, attr, data, out):
+        xp.multiply(xs[0], xs[0], out=out)
 
     def backward(self, xp, xs, y, gy, attr, data):
         return [2 * gy * xs[0]]
@@ -125,8 +138,8 @@ class Square(Unary):
 class Abs(Unary):
     name = "abs"
 
-    def forward(self, xp, xs, attr, data):
-        return xp.abs(xs[0])
+    def forward_into(self, xp, xs, attr, data, out):
+        xp.abs(xs[0], out=out)
 
     def backward(self, xp, xs, y, gy, attr, data):
         return [gy * xp.sign(xs[0])]
@@ -137,12 +150,14 @@ class ScaleShift(Unary):
     """y = a·x + b with constants (a, b): covers -x, x*2, x+1, 1-x."""
     name = "scale_shift"
 
-    def forward(self, xp, xs, attr, data):
+    def forward_into(self, xp, xs, attr, data, out):
         a, b = attr
-        y = xs[0] * a if a != 1 else xs[0].copy()
+        if a != 1:
+            xp.multiply(xs[0], a, out=out)
+        else:
+            out[...] = xs[0]
         if b:
-            y += b
-        return y
+            out += b
 
     def backward(self, xp, xs, y, gy, attr, data):
         return [gy * attr[0]]
@@ -165,11 +180,13 @@ class Add(NAry):
     """esum: any number of same-shape inputs (``a + b`` is the 2-input case)."""
     name = "add"
 
-    def forward(self, xp, xs, attr, data):
-        y = xs[0] + xs[1] if len(xs) > 1 else xs[0].copy()
+    def forward_into(self, xp, xs, attr, data, out):
+        if len(xs) == 1:
+            out[...] = xs[0]
+            return
+        xp.add(xs[0], xs[1], out=out)
         for x in xs[2:]:
-            y += x
-        return y
+            out += x
 
     def backward(self, xp, xs, y, gy, attr, data):
         return [gy] * len(xs)
@@ -179,8 +196,8 @@ class Add(NAry):
 class Sub(NAry):
     name = "sub"
 
-    def forward(self, xp, xs, attr, data):
-        return xs[0] - xs[1]
+    def forward_into(self, xp, xs, attr, data, out):
+        xp.subtract(xs[0], xs[1], out=out)
 
     def backward(self, xp, xs, y, gy, attr, data):
         return [gy, -gy]
@@ -190,8 +207,8 @@ class Sub(NAry):
 class CMult(NAry):
     name = "cmult"
 
-    def forward(self, xp, xs, attr, data):
-        return xs[0] * xs[1]
+    def forward_into(self, xp, xs, attr, data, out):
+        xp.multiply(xs[0], xs[1], out=out)
 
     def backward(self, xp, xs, y, gy, attr, data):
         return [gy * xs[1], gy * xs[0]]
@@ -201,8 +218,8 @@ class CMult(NAry):
 class CDiv(NAry):
     name = "cdiv"
 
-    def forward(self, xp, xs, attr, data):
-        return xs[0] / xs[1]
+    def forward_into(self, xp, xs, attr, data, out):
+        xp.divide(xs[0], xs[1], out=out)
 
     def backward(self, xp, xs, y, gy, attr, data):
         g0 = gy / xs[1]

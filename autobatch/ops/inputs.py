@@ -54,5 +54,13 @@ class Lookup(Op):
     def forward(self, xp, xs, attr, data):
         return xs[0][xp.asarray(data)]
 
+    def forward_into(self, xp, xs, attr, data, out):
+        if xp.__name__ == "numpy":
+            # NumPy buffers take(out=) in its default mode; the ids were range-checked when
+            # the nodes were made (lookup(), vertex pulls), so clipping never changes one
+            xs[0].take(xp.asarray(data), axis=0, out=out, mode="clip")
+        else:
+            xp.take(xs[0], xp.asarray(data), axis=0, out=out)
+
     def backward(self, xp, xs, y, gy, attr, data):
         return [RowGrad(xp.asarray(data), gy)]

@@ -23,6 +23,17 @@ def _wx(xp, w, x):
     return xp.matmul(w, x)
 
 
+def _wx_into(xp, w, x, out):
+    """out = W·X for a stack X, with out the batch's block: for the sizes where _wx returns
+    a transposed product that block costs one copy either way; for the others none."""
+    if x.ndim == 2 and (x.shape[0] > 256 or xp.__name__ != "numpy"):
+        xp.matmul(x, w.T, out=out)
+    elif x.ndim == 2:
+        out[...] = _wx(xp, w, x)
+    else:
+        xp.matmul(w, x, out=out)
+
+
 def _wx_backward(xp, w, x, gy):
     """Gradients of W·X for shared W: gW summed over the batch in one GEMM (a ProductGrad,
     which the engine may merge with other batches' into one bigger GEMM)."""
@@ -101,11 +112,16 @@ class Affine(Op):
         return b
 
     def forward(self, xp, xs, attr, data):
-        y = _wx(xp, xs[1], xs[2])
+        w, x = xs[1], xs[2]
+        out = xp.empty((x.shape[0], w.shape[0]) + x.shape[2:], dtype=xp.result_type(w, x))
+        self.forward_into(xp, xs, attr, data, out)
+        return out
+
+    def forward_into(self, xp, xs, attr, data, out):
+        _wx_into(xp, xs[1], xs[2], out)
         for k in range(3, len(xs), 2):
-            y += _wx(xp, xs[k], xs[k + 1])
-        y += xs[0]
-        return y
+            out += _wx(xp, xs[k], xs[k + 1])
+        out += xs[0]
 
     def backward(self, xp, xs, y, gy, attr, data):
         out = [gy.sum(axis=0)]

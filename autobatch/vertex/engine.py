@@ -174,9 +174,10 @@ class Run:
         shared = op.shared_of(len(args))
         xs = [self._x(K, a, j not in shared, r0, r1) for j, a in enumerate(args)]
         out = K.buf[s][r0:r1]
-        if fuse.forward_into(self.xp, op, xs, attr, out):
-            return
         data = self._data(K, src, s, r0, r1) if op.has_data else None
+        if fuse.into(op):
+            op.forward_into(self.xp, xs, attr, data, out)
+            return
         y = op.forward(self.xp, xs, attr, data)
         out[...] = y.reshape(out.shape)
 

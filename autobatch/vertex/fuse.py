@@ -1,8 +1,9 @@
 """Elementwise fusion for the vertex engine.
 
-NumPy: an elementwise instruction writes straight into its block of the symbol's dynamic
-tensor with ``out=`` ufunc calls, so a chain like ``o * tanh(i * u + f * c)`` runs as a chain of
-in-place kernels without temporaries or copies. The formulas are the ops' own (same rounding).
+NumPy: an instruction whose op defines ``forward_into`` (the elementwise ops, lookups, affine
+transforms) writes straight into its block of the symbol's dynamic tensor with ``out=`` calls, so
+a chain like ``o * tanh(i * u + f * c)`` runs as a chain of in-place kernels without temporaries
+or copies. The formulas are the ops' own: there is no second copy of them here.
 
 CuPy: each run of consecutive elementwise instructions of a phase becomes one generated
 ``ElementwiseKernel``: one launch per frontier instead of one per instruction. It still writes
@@ -15,44 +16,6 @@ from __future__ import annotations
 import numpy as np
 
 
-def _logistic(x, out, attr):
-    np.multiply(x[0], 0.5, out=out)        # 0.5·(tanh(x/2)+1), as ops.elementwise.Logistic
-    np.tanh(out, out=out)
-    out += 1
-    out *= 0.5
-
-
-def _add(x, out, attr):
-    if len(x) == 1:
-        out[...] = x[0]
-        return
-    np.add(x[0], x[1], out=out)
-    for y in x[2:]:
-        out += y
-
-
-def _scale_shift(x, out, attr):
-    a, b = attr
-    if a != 1:
-        np.multiply(x[0], a, out=out)
-    else:
-        out[...] = x[0]
-    if b:
-        out += b
-
-
-_NUMPY = {
-    "tanh": lambda x, out, attr: np.tanh(x[0], out=out),
-    "logistic": _logistic,
-    "rectify": lambda x, out, attr: np.maximum(x[0], 0, out=out),
-    "exp": lambda x, out, attr: np.exp(x[0], out=out),
-    "square": lambda x, out, attr: np.multiply(x[0], x[0], out=out),
-    "add": _add,
-    "sub": lambda x, out, attr: np.subtract(x[0], x[1], out=out),
-    "cmult": lambda x, out, attr: np.multiply(x[0], x[1], out=out),
-    "scale_shift": _scale_shift,
-}
-
 ENABLED = True
 
 
@@ -61,15 +24,9 @@ def kernels_for(xp) -> bool:
     return ENABLED and xp is not np
 
 
-def forward_into(xp, op, xs, attr, out) -> bool:
-    """Compute op into `out` in place; False when this op has no fused path here."""
-    if not ENABLED or xp is not np or not op.elementwise:
-        return False
-    f = _NUMPY.get(op.name)
-    if f is None:
-        return False
-    f(xs, out, attr)
-    return True
+def into(op) -> bool:
+    """Whether an instruction writes its dynamic tensor block itself (op.forward_into)."""
+    return ENABLED and op.has_into
 
 
 # op name -> C expression of its forward from its operands' expressions (T: the element type)
