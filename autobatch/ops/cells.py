@@ -52,17 +52,21 @@ class LSTMCell(Op):
 
     def forward(self, xp, xs, attr, data):
         a = xs[0]
+        y = xp.empty((a.shape[0], a.shape[1] // 2), dtype=a.dtype)
+        self.forward_into(xp, xs, attr, data, y)
+        return y
+
+    def forward_into(self, xp, xs, attr, data, out):
+        a = xs[0]
         H = a.shape[1] // 4
         z = _gates(xp, a)
-        y = xp.empty((a.shape[0], 2 * H), dtype=a.dtype)
-        h, c = y[:, :H], y[:, H:]
+        h, c = out[:, :H], out[:, H:]
         xp.multiply(z[:, :H], z[:, 3 * H:], out=c)
         cp = self._c_prev(xs, H)
         if cp is not None:
             c += z[:, H:2 * H] * cp
         xp.tanh(c, out=h)
         h *= z[:, 2 * H:3 * H]
-        return y
 
     def backward(self, xp, xs, y, gy, attr, data):
         a = xs[0]

@@ -32,6 +32,9 @@ class Concatenate(Op):
     def forward(self, xp, xs, attr, data):
         return xp.concatenate(xs, axis=attr + 1)
 
+    def forward_into(self, xp, xs, attr, data, out):
+        xp.concatenate(xs, axis=attr + 1, out=out)
+
     def backward(self, xp, xs, y, gy, attr, data):
         out, k = [], 0
         for x in xs:
