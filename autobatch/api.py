@@ -170,7 +170,8 @@ def _matmul(a, b) -> Expression:
 
 def affine_transform(xs: Sequence) -> Expression:
     """b + W1·x1 + W2·x2 + … from [b, W1, x1, W2, x2, …]; one GEMM per pair per batch."""
-    xs = list(xs)
+    if type(xs) is not list:
+        xs = list(xs)
     if len(xs) == 1:
         return xs[0] if type(xs[0]) is Expression else parameter(xs[0])
     g = _S.graph or cg()
@@ -407,8 +408,12 @@ def select_rows(x, rows) -> Expression:
 
 def concatenate(xs: Sequence, d: int = 0) -> Expression:
     """Join same-rank expressions along dimension d."""
-    xs = list(xs)
     g = _S.graph
+    if type(xs) is list and len(xs) == 2 and d == 0 and type(d) is int:   # [h_left, h_right]
+        a, b = xs
+        if type(a) is Expression and type(b) is Expression and a.cg is g and b.cg is g:
+            return g.add2(_CONCAT, a.i, b.i, 0)
+    xs = list(xs)
     ids = [x.i for x in xs if type(x) is Expression and x.cg is g]
     if len(ids) == len(xs) > 0 and type(d) is int:       # the common case: no conversions
         return g.add2(_CONCAT, ids[0], ids[1], d) if len(ids) == 2 else g.add(_CONCAT, tuple(ids), d)
