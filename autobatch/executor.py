@@ -230,27 +230,24 @@ class Executor:
                     ins.append(info)
         data = (list(itemgetter(*ids)(g.datas)) if B > 1 else [g.datas[i0]]) if op.has_data else None
         attr = g.attrs[i0]
+        r = None
         if op.has_into:
             # the result goes straight into its block: elementwise ops keep their inputs'
             # layout (a flat block when sizes differ), the others are (B, *shape)
             if op.elementwise:
-                shape = xs[0].shape
-                n = xs[0].size
+                shape, n = xs[0].shape, xs[0].size
             else:
-                shape = (B,) + g.shapes[i0]
-                n = B * g.sizes[i0]
-            off = self._alloc(n, n // B if sizes_flat is None else 1)
-            view = self.buf[off:off + n]
-            y = view.reshape(shape)
+                shape, n = (B,) + g.shapes[i0], B * g.sizes[i0]
+        else:
+            r = op.forward(self.xp, xs, attr, data)
+            shape, n = r.shape, r.size
+        off = self._alloc(n, n // B if sizes_flat is None else 1)
+        view = self.buf[off:off + n]
+        y = view.reshape(shape)
+        if r is None:
             op.forward_into(self.xp, xs, attr, data, y)
         else:
-            y = op.forward(self.xp, xs, attr, data)
-            if y.dtype != self.buf.dtype:
-                y = y.astype(self.buf.dtype)
-            n = y.size
-            off = self._alloc(n, n // B if sizes_flat is None else 1)
-            view = self.buf[off:off + n]
-            view.reshape(y.shape)[...] = y      # one strided copy, whatever y's layout
+            y[...] = r                          # one strided copy (and cast), whatever r's layout
         offs = self.offs
         if sizes_flat is None:
             s = n // B
@@ -262,7 +259,7 @@ class Executor:
                 k += s
         b = Batch()
         b.ids, b.op, b.attr, b.data, b.xs, b.ins, b.wide = ids, op, attr, data, xs, ins, wide
-        b.out, b.n, b.y = off, n, view.reshape(y.shape)
+        b.out, b.n, b.y = off, n, y
         needs = g.needs
         b.need = any(map(needs.__getitem__, ids))
         b.first = min(ids)
