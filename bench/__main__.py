@@ -36,6 +36,10 @@ def parse(argv):
     ap.add_argument("--threads", type=int, default=1,
                     help="BLAS/OpenMP/torch threads per run (default 1: DyNet's CPU build is single-threaded, "
                          "so every framework gets one core; 0 = each library's default)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="measure every run of a task this many times, interleaved (the order reversed "
+                         "each round), and report the median; ratios to DyNet are the median of the "
+                         "per-round ratios, so the host's slow spells cancel (default 1)")
     ap.add_argument("--timeout", type=float, default=None, help="seconds allowed per measurement")
     ap.add_argument("--json", default=None, metavar="FILE")
     ap.add_argument("--plot", default=None, metavar="FILE.png")
@@ -93,19 +97,24 @@ def main(argv=None):
     if args.data:
         print("data: %s (synthetic where the task has no real data there)" % args.data)
 
-    records, total, k, t0 = [], len(names) * len(runs), 0, time.time()
+    rounds = max(1, args.rounds)
+    records, total, k, t0 = [], len(names) * len(runs) * rounds, 0, time.time()
     for t in names:
-        recs = []
-        for fw, strategy in runs:
-            k += 1
-            if strategy == "vertex" and t not in vertex_tasks.NAMES:
-                print("%s: no vertex version of this task (have: %s): skipped" % (t, ", ".join(vertex_tasks.NAMES)))
-                continue
-            cfg = dict(base, task=t, framework=fw, strategy=strategy)
-            rec = runner.run_isolated(cfg, "[%d/%d] %s %s" % (k, total, t, fw if fw == "torch" else fw + "/" + strategy),
-                                      timeout=args.timeout)
-            rec["machine"] = machine
-            recs.append(rec)
+        todo = [(fw, s) for fw, s in runs if s != "vertex" or t in vertex_tasks.NAMES]
+        if len(todo) < len(runs):
+            print("%s: no vertex version of this task (have: %s): skipped" % (t, ", ".join(vertex_tasks.NAMES)))
+        per_round = []
+        for r in range(rounds):
+            recs = []
+            for fw, strategy in (todo if r % 2 == 0 else todo[::-1]):
+                k += 1
+                cfg = dict(base, task=t, framework=fw, strategy=strategy)
+                what = fw if fw == "torch" else fw + "/" + strategy
+                rec = runner.run_isolated(cfg, "[%d/%d] %s %s" % (k, total, t, what), timeout=args.timeout)
+                rec["machine"] = machine
+                recs.append(rec)
+            per_round.append(sorted(recs, key=lambda x: todo.index((x["framework"], x["strategy"]))))
+        recs = report.merge_rounds(per_round) if rounds > 1 else per_round[0]
         records += recs
         if recs:
             print()

@@ -79,6 +79,38 @@ def test_ratio_column_against_dynet_agenda():
     assert row.startswith("| treefc | 50 | 100 | 0.50× | - |") and row.endswith("| 70 / - / 90 |")
 
 
+def test_rounds_report_median_rate_and_median_of_side_by_side_ratios():
+    base = dict(runner.DEFAULTS, task="treefc", build_s=0.1, schedule_s=None, forward_s=0.1, backward_s=0.1,
+                update_s=0.1, rss_delta_mb=1.0, fwd_batches_per_inst=None, bwd_batches_per_inst=None)
+    # (ours, DyNet) per round: the host slows both down in round 2; ours is 1.2x DyNet in
+    # rounds 1 and 2 and 0.9x in round 3
+    rates = [(120.0, 100.0), (60.0, 50.0), (99.0, 110.0)]
+    rounds = [[dict(base, framework="autobatch", strategy="agenda", instances_per_s=a, pass_s=[k]),
+               dict(base, framework="dynet", strategy="agenda", instances_per_s=d)]
+              for k, (a, d) in enumerate(rates)]
+    rounds[2].append(dict(base, framework="autobatch", strategy="depth", error="boom"))
+    recs = report.merge_rounds(rounds)
+    ours = next(r for r in recs if report.label(r) == "autobatch/agenda")
+    assert ours["instances_per_s"] == 99.0 and ours["pass_s"] == [2]     # the median round, whole
+    assert ours["round_ips"] == [120.0, 60.0, 99.0]
+    assert ours["vs_ref"] == pytest.approx(1.2)       # not 99/100: ratios are taken per round
+    assert next(r for r in recs if report.label(r) == "autobatch/depth")["error"] == "boom"
+    text = report.table(recs)
+    assert "median of 3 interleaved rounds" in text.splitlines()[0]
+    assert "1.20x" in next(l for l in text.splitlines() if l.startswith("autobatch/agenda"))
+    assert "| 1.20× |" in report.summary(recs)
+
+
+def test_cli_rounds_interleave(tmp_path):
+    out = tmp_path / "r.json"
+    rc = cli.main(["--task", "treefc", "--strategy", "none,agenda", "--peer", "", "--hidden", "8",
+                   "--batch-size", "4", "--n", "4", "--repeats", "1", "--rounds", "2", "--json", str(out)])
+    assert rc == 0
+    recs = json.loads(out.read_text())
+    assert [r["strategy"] for r in recs] == ["none", "agenda"]
+    assert all(len(r["round_ips"]) == 2 and r["instances_per_s"] in r["round_ips"] for r in recs)
+
+
 def test_plot_without_matplotlib_says_so(tmp_path):
     msg = report.plot([], str(tmp_path / "p.png"))
     try:
