@@ -24,9 +24,13 @@ def _assert_same(prog, P, rtol, atol):
         for k, (g, r) in enumerate(zip(grads, ref_g)):
             np.testing.assert_allclose(g, r, rtol=rtol, atol=atol,
                                        err_msg=f"grad of parameter {k} under {s}")
-        # every strategy computes exactly the same nodes, in no more batches than none
+        # every strategy computes exactly the same nodes, in no more batches than none --
+        # save for concatenations that none got as free views because its node-by-node
+        # allocation happened to put their pieces side by side (a DAG's concatenate of a
+        # lookup and the tanh built right after it)
         assert stats["forward_nodes"] == ref_s["forward_nodes"]
-        assert stats["forward_batches"] <= ref_s["forward_batches"]
+        lost_views = max(0, ref_s.get("view_nodes", 0) - stats.get("view_nodes", 0))
+        assert stats["forward_batches"] <= ref_s["forward_batches"] + lost_views
     return ref_s
 
 
@@ -49,6 +53,16 @@ def P32():
 def test_random_programs_float64(P64, prog):
     dy.set_dtype("float64")
     _assert_same(prog, P64, rtol=1e-9, atol=1e-12)
+
+
+def test_concatenation_none_got_as_a_view(P64):
+    """Found by Hypothesis: node by node, the lookup and the tanh land side by side and their
+    concatenation costs nothing; batched strategies order them otherwise and copy."""
+    dy.set_dtype("float64")
+    z = (0.0,) * 4
+    prog = [("dag", [("tanh", (0, 0, 0, 0), z), ("concat", (1, 278, 0, 0), z), ("input", (0, 0, 0, 0), z)], 0)]
+    s = _assert_same(prog, P64, rtol=1e-9, atol=1e-12)
+    assert s["view_nodes"] == 1
 
 
 @SETTINGS
