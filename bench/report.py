@@ -39,7 +39,8 @@ def _vs_ref(r, ref):
 def merge_rounds(rounds):
     """Records of one task measured in several rounds (a list per round, same runs in each)
     -> one record per run: the round with its median rate, plus every round's rate
-    (`round_ips`) and the median of the per-round ratios to DyNet agenda (`vs_ref`)."""
+    (`round_ips`) and the median of the per-round ratios to DyNet agenda (`vs_ref`); with an
+    even number of rounds both take the lower middle, so rate and ratio come from one rule."""
     by: dict = {}
     for recs in rounds:
         ok = {label(r): r for r in recs if not r.get("error")}
@@ -58,7 +59,7 @@ def merge_rounds(rounds):
         rec = dict(ok[(len(ok) - 1) // 2])
         rec["round_ips"] = [r["instances_per_s"] for r in e["recs"] if not r.get("error")]
         if e["ratios"]:
-            rec["vs_ref"] = statistics.median(e["ratios"])
+            rec["vs_ref"] = statistics.median_low(e["ratios"])
         out.append(rec)
     return out
 

@@ -212,3 +212,12 @@ def test_agenda_keeps_levels_on_trees(monkeypatch):
         other = [_random_tree(rng, 1)] + [_random_tree(rng, int(rng.integers(2, 20))) for _ in range(15)]
         _count("agenda", lambda: _forest(P, other))
     assert calls == []
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-3, 10 ** 6), max_size=300), st.integers(0, 2))
+def test_unique_by_counting_or_sorting_matches_numpy(xs, spread):
+    """Level x signature keys are deduplicated by counting when their range is small; any
+    other input (wide range, negatives) must give np.unique's answer too."""
+    keys = np.array(xs, dtype=np.int64) // (1, 100, 10 ** 4)[spread]
+    np.testing.assert_array_equal(scheduler._unique(keys), np.unique(keys))
