@@ -118,27 +118,20 @@ def _ranges(ptr, flat, nodes):
     return flat[np.repeat(a - np.cumsum(lens) + lens, lens) + np.arange(total)]
 
 
-def _sorted_set(a):
-    """np.unique for small int arrays without its per-call overhead."""
+def _unique(a):
+    """np.unique of an int array without its per-call overhead: by counting when the values
+    are non-negative and their range is small next to their number (level x signature keys:
+    a few thousand values for tens of thousands of nodes), else by one sort."""
     if len(a) < 2:
         return a
+    top = int(a.max())
+    if top <= 4 * len(a) + 4096 and int(a.min()) >= 0:
+        return np.flatnonzero(np.bincount(a, minlength=top + 1))
     a = np.sort(a)
     keep = np.empty(len(a), dtype=bool)
     keep[0] = True
     np.not_equal(a[1:], a[:-1], out=keep[1:])
     return a[keep]
-
-
-def _unique(keys):
-    """np.unique of non-negative ints; by counting when their range is small next to their
-    number (level x signature keys: a few thousand values for tens of thousands of nodes),
-    which is several times cheaper than np.unique's hashing or sorting."""
-    if len(keys) == 0:
-        return keys
-    top = int(keys.max())
-    if top <= 4 * len(keys) + 4096 and int(keys.min()) >= 0:
-        return np.flatnonzero(np.bincount(keys, minlength=top + 1))
-    return np.unique(keys)
 
 
 def _near_end(lo, sigs, args, uses, sinks, cap):
@@ -222,7 +215,7 @@ def _late_levels_np(lo, hi, args, sig_all, pend, uses, level, ns):
         if len(preds) == 0:
             break
         left -= np.bincount(preds, minlength=n)
-        frontier = _sorted_set(preds[left[preds] == 0])   # a node fed twice appears twice
+        frontier = _unique(preds[left[preds] == 0])   # a node fed twice appears twice
     near = np.flatnonzero(height >= 0)
     if len(near) == 0:
         return False
@@ -360,7 +353,7 @@ def _dynet_agenda(lo, hi, sigs, depths, args, heavy_of_sig):
         nxt = _ranges(ptr, succ, batch)
         if len(nxt):
             np.subtract.at(waits, nxt, 1)
-            fresh = _sorted_set(nxt[waits[nxt] == 0])   # a node fed twice appears twice
+            fresh = _unique(nxt[waits[nxt] == 0])   # a node fed twice appears twice
             if len(fresh):
                 waits[fresh] = -1
                 add_ready(fresh)
