@@ -75,7 +75,9 @@ class RNNState:
 
     def transduce(self, xs: Sequence[Expression]) -> List[Expression]:
         """The outputs (top-layer h, (hidden_dim,)) after each of xs."""
-        return [s.output() for s in self.add_inputs(xs)]
+        xs = list(xs)
+        out = self._b._transduce(self, xs)
+        return out if out is not None else [s.output() for s in self.add_inputs(xs)]
 
     def output(self) -> Optional[Expression]:
         """Top-layer h (hidden_dim,); None for an initial state without vectors (as DyNet)."""
@@ -251,6 +253,54 @@ class _Builder:
             ins += (mh.i,)
             form |= 4
         return recipes.step(g, (self, l, form), ins, self._layer_step, P, x, h, c, mh)
+
+
+    def _transduce(self, state: RNNState, xs: list) -> Optional[List[Expression]]:
+        """transduce(xs) from state without a state object and its checks per step, for the
+        plain case: no dropout, state and every x in the current graph, x of shape
+        (input_dim,); else None. The same nodes as add_input's: the step templates are
+        looked up once per (layer, form, state shapes) instead of once per step, which
+        halves a BiLSTM's step cost."""
+        run = state._run
+        g = dy._S.graph
+        if g is None or run.masks_x is not None or run.masks_h is not None or (self.dropout > 0 and not self._variational):
+            return None
+        L = self.layers
+        hs = list(state._hs) if state._hs else [None] * L
+        cs = list(state._cs) if state._cs is not None else [None] * L
+        if any(P[0].cg is not g for P in run.exprs) or any(
+                v is not None and (type(v) is not Expression or v.cg is not g) for v in hs + cs):
+            return None
+        shapes, shape = g.shapes, (self.input_dim,)
+        for x in xs:
+            if type(x) is not Expression or x.cg is not g or shapes[x.i] != shape:
+                return None
+        pids, step, recs = run.pids, self._layer_step, g._recipes
+        known: dict = {}          # (layer, h shape, c shape) -> the step's template or False
+        out = []
+        for x in xs:
+            for l in range(L):
+                h, c = hs[l], cs[l]
+                if h is None and c is None:
+                    form, ins, k = 0, pids[l] + (x.i,), (l, None, None)
+                elif h is None:
+                    form, ins, k = 2, pids[l] + (x.i, c.i), (l, None, shapes[c.i])
+                elif c is None:
+                    form, ins, k = 1, pids[l] + (x.i, h.i), (l, shapes[h.i], None)
+                else:
+                    form, ins, k = 3, pids[l] + (x.i, h.i, c.i), (l, shapes[h.i], shapes[c.i])
+                t = known.get(k)
+                if t:
+                    h, c = t(g, *ins)
+                else:
+                    h, c = recipes.step(g, (self, l, form), ins, step, run.exprs[l], x, h, c, None)
+                    if t is None:
+                        t = recs.get(((self, l, form), tuple(map(shapes.__getitem__, ins))))
+                        known[k] = t if callable(t) else False
+                hs[l], cs[l] = h, c
+                x = h
+            out.append(x)
+        return out
 
 
 class VanillaLSTMBuilder(_Builder):

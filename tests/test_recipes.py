@@ -8,14 +8,15 @@ from hypothesis import strategies as st
 
 import autobatch as dy
 from autobatch import recipes, runtime
-from autobatch.errors import StaleExpressionError
+from autobatch.errors import GraphError, StaleExpressionError
 
 COLUMNS = ("ops", "args", "attrs", "datas", "shapes", "sizes", "sigs", "depths", "needs", "uses", "sig_op")
 BUILDERS = (dy.VanillaLSTMBuilder, dy.SimpleRNNBuilder, dy.GRUBuilder)
 
 
-def _program(kind, layers, lens, start, update, drop):
-    """A few sequences through one builder in one graph; returns (graph, loss, params)."""
+def _program(kind, layers, lens, start, update, drop, stepwise=False):
+    """A few sequences through one builder in one graph; returns (graph, loss, params).
+    stepwise: add_input per step instead of transduce (which steps without state objects)."""
     dy.reset_random_seed(3)         # the same weights, and the same dropout seeds per graph
     pc = dy.ParameterCollection()
     b = BUILDERS[kind](layers, 3, 4, pc)
@@ -34,21 +35,21 @@ def _program(kind, layers, lens, start, update, drop):
         # constant inputs and update=False parameters make nodes that need no gradient
         xs = [dy.inputVector([0.1 * t, -0.2, 0.3]) if update[k] is None else dy.lookup(E, (k * 3 + t) % 7)
               for t in range(n)]
-        outs = s.transduce(xs)
+        outs = [t.output() for t in s.add_inputs(xs)] if stepwise else s.transduce(xs)
         if outs:
             losses.append(dy.sum_elems(dy.esum(outs)))
     loss = dy.esum(losses) if losses else None
     return g, loss, pc
 
 
-def _build(replay, *spec):
+def _build(replay, *spec, stepwise=False):
     with pytest.MonkeyPatch.context() as m:
         if not replay:
             m.setattr(recipes, "_compile", lambda *a: None)
         was = runtime.state().dropout
         dy.set_dropout(spec[-1])
         try:
-            return _program(*spec)
+            return _program(*spec, stepwise=stepwise)
         finally:
             dy.set_dropout(was)
 
@@ -63,14 +64,42 @@ def test_replay_builds_the_same_graph(kind, layers, lens, data, drop):
     g1, l1, pc1 = _build(True, *spec)
     cols1 = {c: list(getattr(g1, c)) for c in COLUMNS}
     g2, l2, pc2 = _build(False, *spec)
-    for c in COLUMNS:
-        a, b = list(getattr(g2, c)), cols1[c]
-        assert len(a) == len(b), c
-        for u, v in zip(a, b):       # datas hold arrays (input vectors)
-            assert type(u) is type(v) and (np.array_equal(u, v) if isinstance(u, np.ndarray) else u == v), c
+    _assert_same_columns(g2, cols1)
     if max(lens) > 2:      # steps 2 and 3 of a sequence have the same form: step 3 replays
         assert any(callable(t) for t in g1._recipes.values())
     assert not any(callable(t) for t in g2._recipes.values())
+    # transduce's loop (templates looked up once per form) against add_input step by step
+    g3, l3, pc3 = _build(True, *spec, stepwise=True)
+    _assert_same_columns(g3, cols1)
+
+
+def _assert_same_columns(g, cols):
+    for c in COLUMNS:
+        a, b = list(getattr(g, c)), cols[c]
+        assert len(a) == len(b), c
+        for u, v in zip(a, b):       # datas hold arrays (input vectors)
+            assert type(u) is type(v) and (np.array_equal(u, v) if isinstance(u, np.ndarray) else u == v), c
+
+
+@pytest.mark.parametrize("kind", range(3))
+def test_transduce_steps_without_state_objects_only_when_plain(kind):
+    """The fast loop runs for plain sequences; dropout and inputs it cannot check up front
+    (a wrong shape) take add_input's path, which reports the bad step."""
+    pc = dy.ParameterCollection()
+    b = BUILDERS[kind](2, 3, 4, pc)
+    dy.renew_cg()
+    xs = [dy.inputVector([0.1, 0.2, 0.3]) for _ in range(4)]
+    s = b.initial_state()
+    assert len(b._transduce(s, xs)) == 4
+    assert b._transduce(s, xs + [dy.inputVector([1.0, 2.0])]) is None
+    with pytest.raises(GraphError, match=r"input must have shape \(3,\)"):
+        s.transduce(xs + [dy.inputVector([1.0, 2.0])])
+    b.set_dropout(0.5)
+    dy.set_dropout(True)
+    try:
+        assert b._transduce(b.initial_state(), xs) is None
+    finally:
+        dy.set_dropout(False)
 
 
 def test_replayed_values_and_gradients():
