@@ -177,6 +177,53 @@ def test_shared_children_dag(f64):
            _run(pc, lambda: dy.sum_elems(f([g], x=x)["y"])))
 
 
+# ops whose backward the vertex engine splits (input grads per frontier, parameter grads once)
+_SPLIT = {   # name -> (input shapes of one node, shared inputs given without the batch axis)
+    "matmul_shared": [(5, 3), (3,)],
+    "affine": [(5,), (5, 3), (3,), (5, 2), (2,)],
+    "matmul_add": [(5,), (5, 3), (3,), (5, 2), (2,)],
+}
+
+
+def test_every_split_backward_is_tested():
+    from autobatch.ops import OPS, Op
+    assert {n for n, op in OPS.items() if type(op).input_grads is not Op.input_grads} == set(_SPLIT)
+
+
+@pytest.mark.parametrize("name", sorted(_SPLIT))
+def test_split_backward_equals_backward(name):
+    """input_grads (per frontier) and param_grads (over the stacked rows of two frontiers)
+    give what backward gives batch by batch, summed for the shared inputs."""
+    from autobatch.ops import OPS, ProductGrad
+    op, rng = OPS[name], np.random.default_rng(7)
+    shared = op.shared_of(len(_SPLIT[name]))
+    parts = [(0, 4), (4, 7)]                  # two frontiers of 4 and 3 rows
+    xs = [rng.normal(size=sh) if j in shared else rng.normal(size=(7,) + sh) for j, sh in enumerate(_SPLIT[name])]
+    y = op.forward(np, xs, None, None)
+    gy = rng.normal(size=y.shape)
+    needs = [True] * len(xs)
+    want = [np.zeros_like(x) for x in xs]
+    got = [np.zeros_like(x) for x in xs]
+    for r0, r1 in parts:
+        sub = [x if j in shared else x[r0:r1] for j, x in enumerate(xs)]
+        for j, g in enumerate(op.backward(np, sub, y[r0:r1], gy[r0:r1], None, None)):
+            g = g.dense() if isinstance(g, ProductGrad) else g
+            if j in shared:
+                want[j] += g
+            else:
+                want[j][r0:r1] += g
+        for j, g in enumerate(op.input_grads(np, sub, gy[r0:r1], None, needs)):
+            assert (g is None) == (j in shared)
+            if g is not None:
+                got[j][r0:r1] += g
+    for j, g in enumerate(op.param_grads(np, xs, gy, None, needs)):
+        assert (g is None) != (j in shared)
+        if g is not None:
+            got[j] += g
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize("opt", ["fuse", "lazygrad"])
 def test_optimisations_do_not_change_results(f64, opt):
     m = TreeLSTM()

@@ -178,6 +178,25 @@ class Op:
         gradient summed over the batch, or a RowGrad), None where not needed."""
         raise NotImplementedError
 
+    # --- optional: what the vertex engine (vertex/) may do with an op -------------------
+    def c_expr(self, a: list, attr: Any) -> str | None:
+        """The forward of one element as a C expression of the operands' expressions a
+        (T: the element type), for CuPy kernels that fuse runs of elementwise ops; None:
+        not fusable (the default), also for attributes the expression cannot carry."""
+        return None
+
+    def input_grads(self, xp, xs: list, gy, attr: Any, needs: list) -> list | None:
+        """backward() without the shared inputs' gradients (None in their place), for ops
+        whose shared-input gradients are sums over rows that param_grads can compute later
+        over many batches' rows at once; None: not split (the default). needs[j]: whether
+        input j needs a gradient."""
+        return None
+
+    def param_grads(self, xp, xs: list, gy, attr: Any, needs: list) -> list:
+        """The shared-input gradients that input_grads left out (None elsewhere), over the
+        rows of xs and gy, which may be many batches stacked."""
+        raise NotImplementedError
+
 
 class ShapeError(ValueError):
     """Raised by shape rules; the graph adds the op, shapes and user line."""

@@ -45,6 +45,9 @@ class NAry(_Into):
 class Tanh(Unary):
     name = "tanh"
 
+    def c_expr(self, a, attr):
+        return f"tanh({a[0]})"
+
     def forward_into(self, xp, xs, attr, data, out):
         xp.tanh(xs[0], out=out)
 
@@ -55,6 +58,9 @@ class Tanh(Unary):
 @register
 class Logistic(Unary):
     name = "logistic"
+
+    def c_expr(self, a, attr):
+        return f"((T)0.5 * (tanh({a[0]} * (T)0.5) + (T)1))"
 
     def forward_into(self, xp, xs, attr, data, out):
         # 0.5·(tanh(x/2)+1) is the logistic without exp overflow for large |x|
@@ -70,6 +76,9 @@ class Logistic(Unary):
 @register
 class Rectify(Unary):
     name = "rectify"
+
+    def c_expr(self, a, attr):
+        return f"fmax({a[0]}, (T)0)"
 
     def forward_into(self, xp, xs, attr, data, out):
         xp.maximum(xs[0], 0, out=out)
@@ -93,6 +102,9 @@ class Elu(Unary):
 @register
 class Exp(Unary):
     name = "exp"
+
+    def c_expr(self, a, attr):
+        return f"exp({a[0]})"
 
     def forward_into(self, xp, xs, attr, data, out):
         xp.exp(xs[0], out=out)
@@ -126,6 +138,9 @@ class Sqrt(Unary):
 @register
 class Square(Unary):
     name = "square"
+
+    def c_expr(self, a, attr):
+        return f"({a[0]} * {a[0]})"
 
     def forward_into(self, xp, xs, attr, data, out):
         xp.multiply(xs[0], xs[0], out=out)
@@ -162,6 +177,11 @@ class ScaleShift(Unary):
     def backward(self, xp, xs, y, gy, attr, data):
         return [gy * attr[0]]
 
+    def c_expr(self, a, attr):
+        if not all(np.isfinite(float(v)) for v in attr):   # no C literal for inf/nan
+            return None
+        return f"({a[0]} * (T){float(attr[0])!r} + (T){float(attr[1])!r})"
+
 
 @register
 class ScalarDiv(Unary):
@@ -180,6 +200,9 @@ class Add(NAry):
     """esum: any number of same-shape inputs (``a + b`` is the 2-input case)."""
     name = "add"
 
+    def c_expr(self, a, attr):
+        return "(" + " + ".join(a) + ")"
+
     def forward_into(self, xp, xs, attr, data, out):
         if len(xs) == 1:
             out[...] = xs[0]
@@ -196,6 +219,9 @@ class Add(NAry):
 class Sub(NAry):
     name = "sub"
 
+    def c_expr(self, a, attr):
+        return f"({a[0]} - {a[1]})"
+
     def forward_into(self, xp, xs, attr, data, out):
         xp.subtract(xs[0], xs[1], out=out)
 
@@ -206,6 +232,9 @@ class Sub(NAry):
 @register
 class CMult(NAry):
     name = "cmult"
+
+    def c_expr(self, a, attr):
+        return f"({a[0]} * {a[1]})"
 
     def forward_into(self, xp, xs, attr, data, out):
         xp.multiply(xs[0], xs[1], out=out)

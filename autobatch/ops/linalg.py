@@ -61,6 +61,14 @@ class MatMulShared(Op):
         gw, gx = _wx_backward(xp, xs[0], xs[1], gy)
         return [gw, gx]
 
+    def input_grads(self, xp, xs, gy, attr, needs):
+        if xs[1].ndim != 2:
+            return None
+        return [None, gy @ xs[0] if needs[1] else None]
+
+    def param_grads(self, xp, xs, gy, attr, needs):
+        return [gy.T @ xs[1] if needs[0] else None, None]
+
 
 @register
 class MatMul(Op):
@@ -129,6 +137,20 @@ class Affine(Op):
             out.extend(_wx_backward(xp, xs[k], xs[k + 1], gy))
         return out
 
+    def input_grads(self, xp, xs, gy, attr, needs):
+        if any(x.ndim != 2 for x in xs[2::2]):
+            return None
+        out = [None]
+        for k in range(1, len(xs), 2):
+            out += [None, gy @ xs[k] if needs[k + 1] else None]
+        return out
+
+    def param_grads(self, xp, xs, gy, attr, needs):
+        out = [gy.sum(axis=0) if needs[0] else None]
+        for k in range(1, len(xs), 2):
+            out += [gy.T @ xs[k + 1] if needs[k] else None, None]
+        return out
+
 
 @register
 class MatMulAdd(type(Affine)):        # (register keeps instances under the class names)
@@ -143,6 +165,17 @@ class MatMulAdd(type(Affine)):        # (register keeps instances under the clas
     def backward(self, xp, xs, y, gy, attr, data):
         grads = super().backward(xp, xs, y, gy, attr, data)
         grads[0] = gy
+        return grads
+
+    def input_grads(self, xp, xs, gy, attr, needs):
+        grads = super().input_grads(xp, xs, gy, attr, needs)
+        if grads is not None:
+            grads[0] = gy if needs[0] else None
+        return grads
+
+    def param_grads(self, xp, xs, gy, attr, needs):
+        grads = super().param_grads(xp, xs, gy, attr, needs)
+        grads[0] = None
         return grads
 
 

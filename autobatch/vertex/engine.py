@@ -279,7 +279,7 @@ class Run:
         shared = op.shared_of(len(args))
         xs = [self._x(K, a, j not in shared, r0, r1) for j, a in enumerate(args)]
         if defer:
-            grads = lazygrad.input_grads(self.xp, op, xs, gy, attr, [t.need[a] for a in args])
+            grads = op.input_grads(self.xp, xs, gy, attr, [t.need[a] for a in args])
             if grads is not None:
                 K.deferred.append((s, r0, r1))
                 self._take_grads(K, args, shared, grads, r0, r1, pg)
@@ -359,7 +359,7 @@ class Run:
                 op, args = src[1], src[2]
                 shared = op.shared_of(len(args))
                 xs_ = [self._x(K, a, j not in shared, 0, K.n) for j, a in enumerate(args)]
-                grads = lazygrad.param_grads(xp, op, xs_, K.g[s], src[3], [t.need[a] for a in args])
+                grads = op.param_grads(xp, xs_, K.g[s], src[3], [t.need[a] for a in args])
                 self._take_grads(K, args, shared, grads, 0, K.n, pg)
             pos = xp.asarray(K.rows.pos)
             for j, s in enumerate(t.scatter):

@@ -8,8 +8,8 @@ or copies. The formulas are the ops' own: there is no second copy of them here.
 CuPy: each run of consecutive elementwise instructions of a phase becomes one generated
 ``ElementwiseKernel``: one launch per frontier instead of one per instruction. It still writes
 every instruction's output to its dynamic tensor (backward reads them), but reads its own
-intermediates from registers. The C expressions are the ops' NumPy formulas, operation for
-operation; results differ from NumPy's in the last bits (the device's tanh/exp, a·x+b contracted
+intermediates from registers. The C expressions come from each op (``Op.c_expr``): its NumPy
+formula, operation for operation; results differ from NumPy's in the last bits (the device's tanh/exp, a·x+b contracted
 to one FMA) and rectify uses fmax, which maps NaN to 0 where NumPy's maximum keeps it."""
 from __future__ import annotations
 
@@ -27,20 +27,6 @@ def kernels_for(xp) -> bool:
 def into(op) -> bool:
     """Whether an instruction writes its dynamic tensor block itself (op.forward_into)."""
     return ENABLED and op.has_into
-
-
-# op name -> C expression of its forward from its operands' expressions (T: the element type)
-_CUDA = {
-    "tanh": lambda a, attr: f"tanh({a[0]})",
-    "logistic": lambda a, attr: f"((T)0.5 * (tanh({a[0]} * (T)0.5) + (T)1))",
-    "rectify": lambda a, attr: f"fmax({a[0]}, (T)0)",
-    "exp": lambda a, attr: f"exp({a[0]})",
-    "square": lambda a, attr: f"({a[0]} * {a[0]})",
-    "add": lambda a, attr: "(" + " + ".join(a) + ")",
-    "sub": lambda a, attr: f"({a[0]} - {a[1]})",
-    "cmult": lambda a, attr: f"({a[0]} * {a[1]})",
-    "scale_shift": lambda a, attr: f"({a[0]} * (T){float(attr[0])!r} + (T){float(attr[1])!r})",
-}
 
 
 class Group:
@@ -78,9 +64,7 @@ def _kernel(in_params, out_params, body):
 def _fusable(t, s):
     src = t.src[s]
     op = src[1] if src[0] == "op" else None
-    if op is None or op.name not in _CUDA or op.has_data or s in t.concat_free:
-        return False
-    if op.name == "scale_shift" and not all(np.isfinite(float(v)) for v in src[3]):
+    if op is None or op.has_data or s in t.concat_free or op.c_expr(["x"] * len(src[2]), src[3]) is None:
         return False
     # same per-row shape everywhere: the kernel broadcasts parameters against the stacked rows
     return all(t.shapes[a] == t.shapes[s] for a in src[2])
@@ -122,7 +106,7 @@ def _group(t, members):
                 refs.append(f"x{ins.index(a)}")
             else:
                 refs.append(local[a])
-        lines.append(f"T v{k} = {_CUDA[src[1].name](refs, src[3])}; y{k} = v{k};")
+        lines.append(f"T v{k} = {src[1].c_expr(refs, src[3])}; y{k} = v{k};")
     return Group(tuple(members), tuple(ins), "\n".join(lines))
 
 
