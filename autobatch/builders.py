@@ -254,13 +254,12 @@ class _Builder:
             form |= 4
         return recipes.step(g, (self, l, form), ins, self._layer_step, P, x, h, c, mh)
 
-
     def _transduce(self, state: RNNState, xs: list) -> Optional[List[Expression]]:
         """transduce(xs) from state without a state object and its checks per step, for the
         plain case: no dropout, state and every x in the current graph, x of shape
         (input_dim,); else None. The same nodes as add_input's: the step templates are
-        looked up once per (layer, form, state shapes) instead of once per step, which
-        halves a BiLSTM's step cost."""
+        looked up once per (layer, form, state shapes) instead of once per step: a third
+        less build time per BiLSTM step (4.7 -> 3.2 us)."""
         run = state._run
         g = dy._S.graph
         if g is None or run.masks_x is not None or run.masks_h is not None or (self.dropout > 0 and not self._variational):

@@ -9,8 +9,9 @@ CuPy: each run of consecutive elementwise instructions of a phase becomes one ge
 ``ElementwiseKernel``: one launch per frontier instead of one per instruction. It still writes
 every instruction's output to its dynamic tensor (backward reads them), but reads its own
 intermediates from registers. The C expressions come from each op (``Op.c_expr``): its NumPy
-formula, operation for operation; results differ from NumPy's in the last bits (the device's tanh/exp, a·x+b contracted
-to one FMA) and rectify uses fmax, which maps NaN to 0 where NumPy's maximum keeps it."""
+formula, operation for operation; results differ from NumPy's in the last bits (the device's
+tanh/exp, a·x+b contracted to one FMA) and rectify uses fmax, which maps NaN to 0 where NumPy's
+maximum keeps it."""
 from __future__ import annotations
 
 import numpy as np
