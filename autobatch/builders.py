@@ -274,7 +274,7 @@ class _Builder:
         for x in xs:
             if type(x) is not Expression or x.cg is not g or shapes[x.i] != shape:
                 return None
-        pids, step, recs = run.pids, self._layer_step, g._recipes
+        pids, step = run.pids, self._layer_step
         known: dict = {}          # (layer, h shape, c shape) -> the step's template or False
         out = []
         for x in xs:
@@ -294,8 +294,7 @@ class _Builder:
                 else:
                     h, c = recipes.step(g, (self, l, form), ins, step, run.exprs[l], x, h, c, None)
                     if t is None:
-                        t = recs.get(((self, l, form), tuple(map(shapes.__getitem__, ins))))
-                        known[k] = t if callable(t) else False
+                        known[k] = recipes.replay_of(g, (self, l, form), ins) or False
                 hs[l], cs[l] = h, c
                 x = h
             out.append(x)

@@ -19,13 +19,25 @@ def step(g, key, ins: tuple, build, *args) -> tuple:
     key when there is one. ins: the node ids the nodes read (parameters included); every node
     build makes may read only these and its own earlier nodes. key must determine, together
     with the shapes of ins, which nodes build makes (ops, attributes, wiring)."""
-    key = (key, tuple(map(g.shapes.__getitem__, ins)))
+    key = _full_key(g, key, ins)
     t = g._recipes.get(key)
     if t is None:
         return _record(g, key, ins, build, args)
     if t is _NO:
         return build(*args)
     return t(g, *ins)
+
+
+def _full_key(g, key, ins):
+    return (key, tuple(map(g.shapes.__getitem__, ins)))
+
+
+def replay_of(g, key, ins: tuple):
+    """The function step(g, key, ins, ...) replays (called as fn(g, *ins)), or None when it
+    has no template for them yet or builds them the normal way: for a caller that steps many
+    times with inputs of the same shapes and wants to look the template up once."""
+    t = g._recipes.get(_full_key(g, key, ins))
+    return None if t is None or t is _NO else t
 
 
 def _record(g, key, ins, build, args):
