@@ -38,8 +38,9 @@ def parse(argv):
                          "so every framework gets one core; 0 = each library's default)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="measure every run of a task this many times, interleaved (the order reversed "
-                         "each round), and report the median; ratios to DyNet are the median of the "
-                         "per-round ratios, so the host's slow spells cancel (default 1)")
+                         "each round), and report the median (the lower middle for an even number); ratios "
+                         "to DyNet are the median of the per-round ratios, so the host's slow spells "
+                         "cancel (default 1)")
     ap.add_argument("--timeout", type=float, default=None, help="seconds allowed per measurement")
     ap.add_argument("--json", default=None, metavar="FILE")
     ap.add_argument("--plot", default=None, metavar="FILE.png")
