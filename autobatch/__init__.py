@@ -13,6 +13,10 @@ from .api import (abs, affine_transform, average, binary_log_loss, bmax, cdiv, c
                   noise, ones, parameter, pick, pickneglogsoftmax, pickrange, rectify, reshape,
                   scalarInput, select_rows, softmax, sqrt, square, squared_distance, squared_norm,
                   sum_elems, tanh, transpose, vecInput, zeros)
+from .api_math import *  # noqa: F401,F403  (each lists its names in __all__)
+from .api_random import *  # noqa: F401,F403
+from .api_reduce import *  # noqa: F401,F403
+from .api_shape import *  # noqa: F401,F403
 from .builders import GRUBuilder, LSTMBuilder, RNNState, SimpleRNNBuilder, VanillaLSTMBuilder  # noqa: F401
 from .coop import InstanceCancelled, batched_map  # noqa: F401
 from .errors import AutobatchError, GraphError, NonFiniteError, StaleExpressionError

@@ -1,0 +1,2 @@
+"""(placeholder: filled in this session)"""
+from __future__ import annotations
