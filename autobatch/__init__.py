@@ -13,22 +13,29 @@ from .api import (abs, affine_transform, average, binary_log_loss, bmax, cdiv, c
                   noise, ones, parameter, pick, pickneglogsoftmax, pickrange, rectify, reshape,
                   scalarInput, select_rows, softmax, sqrt, square, squared_distance, squared_norm,
                   sum_elems, tanh, transpose, vecInput, zeros)
-from .api_math import *  # noqa: F401,F403  (each lists its names in __all__)
+from .api_graph import *  # noqa: F401,F403  (each lists its names in __all__)
+from .api_lstm import *  # noqa: F401,F403
+from .api_math import *  # noqa: F401,F403
 from .api_random import *  # noqa: F401,F403
 from .api_reduce import *  # noqa: F401,F403
 from .api_shape import *  # noqa: F401,F403
 from .builders import GRUBuilder, LSTMBuilder, RNNState, SimpleRNNBuilder, VanillaLSTMBuilder  # noqa: F401
+from .builders_more import (BiRNNBuilder, ClassFactoredSoftmaxBuilder, CompactVanillaLSTMBuilder,  # noqa: F401
+                            CoupledLSTMBuilder, FastLSTMBuilder, SoftmaxBuilder, StackedRNNState,
+                            StandardSoftmaxBuilder)
 from .coop import InstanceCancelled, batched_map  # noqa: F401
 from .errors import AutobatchError, GraphError, NonFiniteError, StaleExpressionError
 from .graph import ComputationGraph, Expression, cg, renew_cg
-from .params import (ConstInitializer, GlorotInitializer, LookupParameter, Model, NormalInitializer,
-                     NumpyInitializer, Parameter, ParameterCollection, UniformInitializer)
+from .dynet_params import DynetParams, init, init_from_params  # noqa: F401
+from .params import (ConstInitializer, FromFileInitializer, GlorotInitializer, IdentityInitializer,  # noqa: F401
+                     LookupParameter, Model, NormalInitializer, NumpyInitializer, Parameter,
+                     ParameterCollection, PyInitializer, SaxeInitializer, UniformInitializer, load, save)
 from .runtime import (Strategy, default_strategy, reset_random_seed, set_backend, set_debug,
                       set_default_strategy, set_dropout, set_dtype)
 from .stats import summary as stats_summary
 from .vertex import InputGraph, vertex_function  # noqa: F401
-from .trainers import (AdagradTrainer, AdamTrainer, MomentumSGDTrainer,  # noqa: F401
-                       SimpleSGDTrainer, Trainer)
+from .trainers import (AdadeltaTrainer, AdagradTrainer, AdamTrainer, AmsgradTrainer,  # noqa: F401
+                       CyclicalSGDTrainer, MomentumSGDTrainer, RMSPropTrainer, SimpleSGDTrainer, Trainer)
 
 __version__ = "0.1.0"
 

@@ -78,23 +78,33 @@ def _is_param_node(x, g) -> bool:
 
 
 # --- inputs -----------------------------------------------------------------------
-def inputTensor(arr, batched: bool = False, device: str = "") -> Expression:
-    """A constant tensor (any shape) taken from a list or array."""
-    if batched:
-        raise NotImplementedError("batched inputTensor: autobatch batches for you; build one graph per instance")
+# Every input node can take new values later with Expression.set (api_random.py).
+def inputTensor(arr, batched: bool = False, device: str = "", reusable_expr: bool = False) -> Expression:
+    """A constant tensor (any shape) taken from a list or array; a scalar becomes (1,).
+    reusable_expr: accepted for DyNet (every input here can be ``set``); device: ignored."""
+    if batched or (type(arr) is list and arr and all(isinstance(a, np.ndarray) for a in arr)):
+        raise NotImplementedError(
+            "inputTensor(batched=True) / inputTensor(list of arrays): autobatch has no minibatch "
+            "dimension (each instance is its own graph, and equal nodes of all instances are "
+            "batched for you); write one input per instance: dy.inputTensor(a) for each array a, "
+            f"each in its instance's code [at {user_line()}]")
     a = np.asarray(arr, dtype=_S.dtype)
     if a.ndim == 0:
         a = a.reshape(1)
     return _graph().add(OPS["input"], (), tuple(a.shape), a)
 
 
-def inputVector(v) -> Expression:
+def inputVector(v, device: str = "") -> Expression:
     """A constant vector of shape (len(v),)."""
     a = np.asarray(v, dtype=_S.dtype).reshape(-1)
     return _graph().add(OPS["input"], (), (a.shape[0],), a)
 
 
-vecInput = inputVector
+def vecInput(dim: int, device: str = "") -> Expression:
+    """DyNet's vecInput: a vector of ``dim`` zeros, shape (dim,), to be filled with ``set``."""
+    if not isinstance(dim, (numbers.Integral, np.integer)) or isinstance(dim, bool) or dim < 0:
+        raise GraphError(f"vecInput: dim must be a non-negative integer, got {dim!r} [at {user_line()}]")
+    return _graph().add(OPS["input"], (), (int(dim),), np.zeros(int(dim), dtype=_S.dtype))
 
 
 def inputMatrix(v, d) -> Expression:
@@ -102,7 +112,7 @@ def inputMatrix(v, d) -> Expression:
     return inputTensor(np.asarray(v, dtype=_S.dtype).reshape(tuple(d), order="F"))
 
 
-def scalarInput(x: float) -> Expression:
+def scalarInput(x: float, device: str = "") -> Expression:
     """A constant of shape (1,)."""
     return _graph().add(OPS["input"], (), (1,), np.full(1, x, dtype=_S.dtype))
 

@@ -1,4 +1,269 @@
-"""(placeholder: filled in this session)"""
+"""DyNet's settable inputs (vecInput, matInput, Expression.set), random tensors and dropout
+variants, and its minibatch functions, which have no meaning here: autobatch has no batch
+dimension (one graph per instance; equal nodes of all instances are batched for you), so
+each of them raises NotImplementedError that shows the per-instance way to write it."""
 from __future__ import annotations
 
-__all__: list = []
+import math
+import numbers
+
+import numpy as np
+
+from . import runtime
+from .api import _dim, _graph, _id, _seed, _shape, parameter, zeros
+from .errors import GraphError, user_line
+from .graph import ComputationGraph, Expression
+from .ops import OPS
+from .ops import random as _rnd
+from .params import LookupParameter, Parameter
+
+__all__ = ["Parameters", "LookupParameters", "matInput", "zeroes",
+           "random_normal", "random_uniform", "random_bernoulli", "random_gumbel",
+           "dropout_dim", "block_dropout",
+           "lookup_batch", "pick_batch", "pick_batch_elem", "pick_batch_elems",
+           "pickneglogsoftmax_batch", "concatenate_to_batch", "sum_batches", "mean_batches",
+           "moment_batches", "std_batches", "hinge_batch", "dropout_batch"]
+
+_S = runtime.state()
+_INPUT, _LOOKUP = OPS["input"], OPS["lookup"]
+
+Parameters = Parameter               # DyNet's class names
+LookupParameters = LookupParameter
+
+
+# --- inputs -------------------------------------------------------------------------------
+def matInput(d1: int, d2: int) -> Expression:
+    """A (d1, d2) matrix of zeros, to be filled with ``set`` (column-major values). DyNet 2.x
+    deprecates it (there it raises; use inputTensor); here it works as it used to."""
+    for d in (d1, d2):
+        if not isinstance(d, (numbers.Integral, np.integer)) or isinstance(d, bool) or d < 0:
+            raise GraphError(f"matInput: dimensions must be non-negative integers, got ({d1!r}, {d2!r}) "
+                             f"[at {user_line()}]")
+    return _graph().add(_INPUT, (), (int(d1), int(d2)), np.zeros((int(d1), int(d2)), dtype=_S.dtype))
+
+
+def zeroes(dim, batch_size: int = 1) -> Expression:
+    """DyNet's other spelling of zeros: a constant of shape ``dim`` filled with 0."""
+    _one_batch("zeroes", batch_size, "dy.zeroes(dim) in each instance's graph")
+    return zeros(dim)
+
+
+def _set(self: Expression, values) -> None:
+    """New values for an input expression, as DyNet's ``set``: the next forward, value or
+    backward of any expression of the graph uses them (the graph is recomputed, and dropout
+    and random_* nodes draw new numbers, as in DyNet).
+
+    - inputVector / vecInput / inputTensor / inputMatrix / matInput: a flat sequence of all
+      values in column-major order (DyNet's convention; for a vector simply its values), or
+      an array of exactly the input's shape; scalarInput also takes a number.
+    - lookup(E, i): a new row index i."""
+    g, i = self.cg, self.i
+    if not isinstance(g, ComputationGraph):
+        raise GraphError(f"set: a symbol of a vertex function has no values to set [at {user_line()}]")
+    self._check()
+    op = g.ops[i]
+    if op is _INPUT:
+        data = _input_values(g, i, values)
+    elif op is _LOOKUP:
+        data = _lookup_index(g, i, values)
+    else:
+        name = "parameter" if op is None else op.name
+        raise GraphError(f"set: only input expressions (inputVector, vecInput, scalarInput, inputTensor, "
+                         f"inputMatrix, matInput) and lookups can be set; node {i} is a {name} "
+                         f"[at {user_line()}]")
+    if i < g.exe.done:
+        g.invalidate()
+    g.datas[i] = data
+
+
+Expression.set = _set
+
+
+def _input_values(g, i, values):
+    shape, size = g.shapes[i], g.sizes[i]
+    try:
+        a = np.array(values, dtype=g.dtype)      # a copy: later changes to values do not leak in
+    except (TypeError, ValueError):
+        raise GraphError(f"set: values for an input of shape {shape} must be numbers, got "
+                         f"{type(values).__name__} [at {user_line()}]") from None
+    if a.shape == shape:
+        return a
+    if a.ndim <= 1 and a.size == size:
+        return a.reshape(shape, order="F")
+    raise GraphError(f"set: an input of shape {shape} needs {size} values (flat, column-major) or an "
+                     f"array of shape {shape}, got shape {a.shape} [at {user_line()}]")
+
+
+def _lookup_index(g, i, index):
+    n = g.ext[g.args[i][0]].value.shape[0]
+    if not isinstance(index, (numbers.Integral, np.integer)):
+        raise GraphError(f"set: a lookup's new index must be an integer, got {index!r} [at {user_line()}]")
+    if not 0 <= index < n:
+        raise GraphError(f"set: index {index!r} out of range for a lookup table of {n} rows [at {user_line()}]")
+    return int(index)
+
+
+# --- random tensors --------------------------------------------------------------------------
+def _one_batch(name: str, batch_size, hint: str) -> None:
+    if batch_size != 1:
+        _unbatched(name, hint)
+
+
+def _finite(name: str, **kw) -> None:
+    for k, v in kw.items():
+        if not isinstance(v, numbers.Real) or not math.isfinite(v):
+            raise GraphError(f"{name}: {k} must be a finite number, got {v!r} [at {user_line()}]")
+
+
+def _sample(op, name: str, dim, a: float, b: float) -> Expression:
+    try:
+        shape = _dim(dim)
+    except (TypeError, ValueError):
+        shape = None
+    if shape is None or any(d < 0 for d in shape):
+        raise GraphError(f"{name}: dim must be an integer or a tuple of non-negative integers, got {dim!r} "
+                         f"[at {user_line()}]")
+    g = _graph()
+    return g.add(op, (), (shape, float(a), float(b)), _seed(g))
+
+
+def random_normal(dim, mean: float = 0.0, stddev: float = 1.0, batch_size: int = 1) -> Expression:
+    """Values drawn from N(mean, stddev²), shape ``dim`` (an int gives a vector (dim,))."""
+    _one_batch("random_normal", batch_size, "dy.random_normal(dim) in each instance's graph")
+    _finite("random_normal", mean=mean, stddev=stddev)
+    if stddev < 0:
+        raise GraphError(f"random_normal: stddev must be >= 0, got {stddev} [at {user_line()}]")
+    return _sample(OPS["random_normal"], "random_normal", dim, mean, stddev)
+
+
+def random_uniform(dim, left: float, right: float, batch_size: int = 1) -> Expression:
+    """Values drawn uniformly from [left, right), shape ``dim``."""
+    _one_batch("random_uniform", batch_size, "dy.random_uniform(dim, left, right) in each instance's graph")
+    _finite("random_uniform", left=left, right=right)
+    if left > right:
+        raise GraphError(f"random_uniform: needs left <= right, got left={left}, right={right} "
+                         f"[at {user_line()}]")
+    return _sample(OPS["random_uniform"], "random_uniform", dim, left, right)
+
+
+def random_bernoulli(dim, p: float, scale: float = 1.0, batch_size: int = 1) -> Expression:
+    """Each value ``scale`` with probability p, else 0; shape ``dim``."""
+    _one_batch("random_bernoulli", batch_size, "dy.random_bernoulli(dim, p) in each instance's graph")
+    _finite("random_bernoulli", p=p, scale=scale)
+    if not 0 <= p <= 1:
+        raise GraphError(f"random_bernoulli: p must be in [0, 1], got {p} [at {user_line()}]")
+    return _sample(OPS["random_bernoulli"], "random_bernoulli", dim, p, scale)
+
+
+def random_gumbel(dim, mu: float = 0.0, beta: float = 1.0, batch_size: int = 1) -> Expression:
+    """Values drawn from Gumbel(mu, beta) (mean mu + 0.5772·beta), shape ``dim``. DyNet
+    supports only mu=0, beta=1; any finite mu and beta > 0 work here."""
+    _one_batch("random_gumbel", batch_size, "dy.random_gumbel(dim) in each instance's graph")
+    _finite("random_gumbel", mu=mu, beta=beta)
+    if beta <= 0:
+        raise GraphError(f"random_gumbel: beta must be > 0, got {beta} [at {user_line()}]")
+    return _sample(OPS["random_gumbel"], "random_gumbel", dim, mu, beta)
+
+
+def _unchanged(x) -> Expression:
+    return x if type(x) is Expression else parameter(x)
+
+
+def dropout_dim(x, d: int, p: float) -> Expression:
+    """Inverted dropout with one keep/drop decision per slice along dimension d, which all of
+    that slice's values share: d = 0 of a matrix drops whole columns, d = 1 whole rows, d = 0
+    of a vector all or nothing. Same shape; the identity when p == 0 or dropout is off."""
+    s = _shape(x)
+    if isinstance(d, bool) or not isinstance(d, (numbers.Integral, np.integer)) or not 0 <= d < len(s):
+        raise GraphError(f"dropout_dim: dimension {d!r} out of range for an input of shape {s} "
+                         f"[at {user_line()}]")
+    if not 0 <= p < 1:
+        raise GraphError(f"dropout_dim: rate must be in [0, 1), got {p} [at {user_line()}]")
+    if p == 0 or not _S.dropout:
+        return _unchanged(x)
+    g = _graph()
+    return g.add(OPS["dropout_dim"], (_id(x, g),), (float(p), int(d)), _seed(g))
+
+
+def block_dropout(x, p: float) -> Expression:
+    """With probability p all values of x become 0, else all are scaled by 1/(1-p) (p = 1:
+    always 0). Same shape; the identity when p == 0 or dropout is off."""
+    _shape(x)
+    if not 0 <= p <= 1:
+        raise GraphError(f"block_dropout: rate must be in [0, 1], got {p} [at {user_line()}]")
+    if p == 0 or not _S.dropout:
+        return _unchanged(x)
+    g = _graph()
+    return g.add(OPS["block_dropout"], (_id(x, g),), float(p), _seed(g))
+
+
+# --- DyNet's minibatch functions ---------------------------------------------------------------
+def _unbatched(name: str, hint: str):
+    raise NotImplementedError(
+        f"dy.{name}: DyNet's minibatch API has no meaning in autobatch, which has no batch "
+        f"dimension: build one graph per instance and equal nodes of all instances are batched "
+        f"for you. Per instance, write {hint} [at {user_line()}]")
+
+
+def lookup_batch(p: LookupParameter, indices, update: bool = True) -> Expression:
+    """Not supported (no batch dimension): use ``[dy.lookup(E, i) for i in ids]``."""
+    _unbatched("lookup_batch", "[dy.lookup(E, i) for i in ids] (or E[i]), one expression per instance")
+
+
+def pick_batch(e, indices, dim: int = 0) -> Expression:
+    """Not supported (no batch dimension): use ``dy.pick(x, i, dim)`` per instance."""
+    _unbatched("pick_batch", "dy.pick(x, i, dim) in each instance, "
+               "e.g. [dy.pick(x, i) for x, i in zip(xs, indices)]")
+
+
+def pick_batch_elem(x, v: int) -> Expression:
+    """Not supported (no batch dimension): keep the instances' expressions in a list."""
+    _unbatched("pick_batch_elem", "xs[v], where xs is the list of the instances' expressions")
+
+
+def pick_batch_elems(x, vs) -> Expression:
+    """Not supported (no batch dimension): keep the instances' expressions in a list."""
+    _unbatched("pick_batch_elems", "[xs[v] for v in vs], where xs is the list of the instances' expressions")
+
+
+def pickneglogsoftmax_batch(x, vs) -> Expression:
+    """Not supported (no batch dimension): use ``dy.pickneglogsoftmax(x, v)`` per instance."""
+    _unbatched("pickneglogsoftmax_batch", "dy.esum([dy.pickneglogsoftmax(x, v) for x, v in zip(xs, vs)])")
+
+
+def concatenate_to_batch(xs) -> Expression:
+    """Not supported (no batch dimension): the list of expressions already is the batch."""
+    _unbatched("concatenate_to_batch", "nothing: keep the list xs, each expression is an instance of its "
+               "own (dy.concatenate(xs) joins them along a dimension instead)")
+
+
+def sum_batches(x) -> Expression:
+    """Not supported (no batch dimension): use ``dy.esum`` over the instances' expressions."""
+    _unbatched("sum_batches", "dy.esum(xs) over the list xs of the instances' expressions (e.g. their losses)")
+
+
+def mean_batches(x) -> Expression:
+    """Not supported (no batch dimension): use ``dy.average`` over the instances' expressions."""
+    _unbatched("mean_batches", "dy.average(xs) over the list xs of the instances' expressions")
+
+
+def moment_batches(x, r: int) -> Expression:
+    """Not supported (no batch dimension): average the powers of the instances' expressions."""
+    _unbatched("moment_batches", "the average over the list xs of the instances' expressions of x**r, "
+               "e.g. for r = 2: dy.average([dy.square(x) for x in xs])")
+
+
+def std_batches(x) -> Expression:
+    """Not supported (no batch dimension): compute it over the instances' expressions."""
+    _unbatched("std_batches", "m = dy.average(xs); dy.sqrt(dy.average([dy.square(x - m) for x in xs])) "
+               "over the list xs of the instances' expressions")
+
+
+def hinge_batch(x, vs, m: float = 1.0) -> Expression:
+    """Not supported (no batch dimension): use ``dy.hinge(x, v, m)`` per instance."""
+    _unbatched("hinge_batch", "dy.hinge(x, v, m) in each instance, e.g. [dy.hinge(x, v, m) for x, v in zip(xs, vs)]")
+
+
+def dropout_batch(x, p: float) -> Expression:
+    """Not supported (no batch dimension): ``dy.block_dropout(x, p)`` drops a whole instance."""
+    _unbatched("dropout_batch", "dy.block_dropout(x, p) in each instance: it drops all of x or none")

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
+import numpy as np
+
 from . import api as dy
 from . import recipes, runtime
 from .errors import GraphError, user_line
 from .graph import Expression
-from .params import ConstInitializer, ParameterCollection
+from .params import ConstInitializer, NumpyInitializer, ParameterCollection
 
 __all__ = ["RNNState", "VanillaLSTMBuilder", "LSTMBuilder", "SimpleRNNBuilder", "GRUBuilder"]
 
@@ -155,6 +157,12 @@ class _Builder:
 
     def whoami(self) -> str:
         return type(self).__name__
+
+    @classmethod
+    def from_spec(cls, spec, model: ParameterCollection) -> "_Builder":
+        """A new builder like the one whose ``spec`` this is, its parameters in model (for dy.load)."""
+        layers, input_dim, hidden_dim = spec[:3]
+        return cls(layers, input_dim, hidden_dim, model)
 
     def set_dropout(self, p: float, p_h: Optional[float] = None) -> None:
         """Dropout rate on each layer's input (and, for the LSTM, on the recurrent h:
@@ -309,21 +317,39 @@ class VanillaLSTMBuilder(_Builder):
         i, f, o = σ(a[0:H]), σ(a[H:2H]), σ(a[2H:3H]);  g = tanh(a[3H:4H])
         c = f⊙c_prev + i⊙g;  h = o⊙tanh(c)
 
-    The forget slice of b starts at 1 (DyNet adds a constant forget bias 1 instead;
-    the same at initialisation, one node fewer per step). Dropout is DyNet's
-    variational dropout: masks on x and h_prev drawn once per initial_state()."""
+    The forget slice of b starts at forget_bias (DyNet keeps b at 0 and adds a constant
+    forget_bias, default 1, at every step: the same at initialisation, one node fewer per
+    step; weights copied from DyNet need forget_bias added to that slice). Dropout is
+    DyNet's variational dropout: masks on x and h_prev drawn once per initial_state().
+    ``ln_lstm=True`` (layer normalisation) is not supported."""
 
     _has_cell = True
     _variational = True
     _kind = "vanilla-lstm"
 
+    def __init__(self, layers: int, input_dim: int, hidden_dim: int, model: ParameterCollection,
+                 ln_lstm: bool = False, forget_bias: float = 1.0):
+        if ln_lstm:
+            raise ValueError(f"{type(self).__name__}: ln_lstm=True (layer-normalised LSTM) is not supported")
+        self.forget_bias = float(forget_bias)
+        super().__init__(layers, input_dim, hidden_dim, model)
+
+    def set_dropouts(self, d: float, d_r: float) -> None:
+        """DyNet's name for set_dropout(d, d_r): rates on the input and on the recurrent h."""
+        self.set_dropout(d, d_r)
+
+    def set_dropout_masks(self, batch_size: int = 1) -> None:
+        """Accepted for DyNet programs and does nothing: masks are drawn at each
+        initial_state() (DyNet's call would redraw the current sequence's masks)."""
+
     def _make_layer(self, in_dim: int) -> list:
         H = self.hidden_dim
         m = self.model
-        b = m.add_parameters((4 * H,), ConstInitializer(0.0))
-        b.value[H:2 * H] = 1.0
-        # keep DyNet's order [W_x, W_h, b] whatever the creation order
-        return [m.add_parameters((4 * H, in_dim)), m.add_parameters((4 * H, H)), b]
+        # created in DyNet's order (W_x, W_h, b), so parameters_list() and names match its
+        Wx, Wh = m.add_parameters((4 * H, in_dim)), m.add_parameters((4 * H, H))
+        b = np.zeros(4 * H)
+        b[H:2 * H] = self.forget_bias
+        return [Wx, Wh, m.add_parameters((4 * H,), NumpyInitializer(b))]
 
     def _masks(self):
         if not runtime.state().dropout or (self.dropout == 0 and self.dropout_h == 0):

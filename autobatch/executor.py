@@ -55,11 +55,16 @@ class Executor:
         self.g = graph
         self.be = graph.backend
         self.xp = graph.xp
-        self.buf = memory.take(self.xp, graph.dtype, 1 << 16)
+        # taken at the first forward, not here: renew_cg makes the new graph before it
+        # releases the old one, whose arenas the new graph should reuse
+        self.buf = None
+        self.dtype = graph.dtype
         self.top = 0
         self.offs: list = []      # node -> arena offset (-1: not computed or external)
         self.done = 0             # nodes [0, done) are computed
         self.batches: list = []
+        self.gbuf = None          # the last backward's gradients, for Expression.gradient()
+        self.runs: list = []      # (first node, batch count, arena top) at each forward's start
 
     def release(self):
         """The graph was renewed: recycle the arena (no view of it survives: values
@@ -69,8 +74,34 @@ class Executor:
         self.batches = []
         self.offs = []
         memory.give(self.buf)
-        self.buf = None
+        memory.give(self.gbuf)
+        self.buf = self.gbuf = None
         self.g = None
+
+    def invalidate(self):
+        """Forget every computed value (the arena is reused from its start): batches mix
+        nodes from all over the graph, so no smaller reset is safe after an input changed."""
+        self.batches = []
+        self.offs = [-1] * len(self.offs)
+        self.top = 0
+        self.done = 0
+        self.runs = []
+        memory.give(self.gbuf)
+        self.gbuf = None
+
+    def truncate(self, n):
+        """The graph keeps only nodes [0, n) (cg_revert): forget the forwards that computed
+        any later node. Batches mix nodes from the whole range of their forward, so those
+        forwards are undone whole; their nodes below n are recomputed by the next forward."""
+        memory.give(self.gbuf)
+        self.gbuf = None
+        while self.runs and self.done > n:
+            lo, nb, top = self.runs.pop()
+            del self.batches[nb:]
+            self.top = top
+            self.offs[lo:] = [-1] * (len(self.offs) - lo)
+            self.done = lo
+        del self.offs[n:]
 
     def mark_external(self, n):
         self._grow_offs(n + 1)
@@ -82,7 +113,9 @@ class Executor:
     def _reserve(self, n):
         """Make room for n more elements in one step (one copy at most per forward)."""
         top = self.top
-        if top + n > self.buf.shape[0]:
+        if self.buf is None:
+            self.buf = memory.take(self.xp, self.dtype, max(top + n, 1 << 16))
+        elif top + n > self.buf.shape[0]:
             new = memory.take(self.xp, self.buf.dtype, max(2 * self.buf.shape[0], top + n))
             new[:top] = self.buf[:top]
             # the old buffer is not given back to the pool: batch records still hold views of it
@@ -126,6 +159,7 @@ class Executor:
         self._reserve(sum(sizes[lo:hi]) - sum([sizes[n] for n in g.ext if lo <= n < hi]) + pad)
         t1 = time.perf_counter()
         nb0, top0 = len(self.batches), self.top
+        self.runs.append((lo, nb0, top0))
         try:
             for ids in plan:
                 self._run(ids)
@@ -143,6 +177,7 @@ class Executor:
                     del st.sizes[name]
             del self.batches[nb0:]
             self.top = top0
+            self.runs.pop()
             if hasattr(e, "add_note"):     # Python >= 3.11
                 failed = ids[:3]
                 e.add_note(f"autobatch: while running a batch of {len(ids)} {g.ops[ids[0]].name} node(s); "
@@ -310,11 +345,23 @@ class Executor:
         return True
 
     # --- backward -------------------------------------------------------------
-    def backward(self, i):
+    def backward(self, i, full: bool = False):
         with _no_gc():
-            self._backward(i)
+            self._backward(i, full)
 
-    def _backward(self, i):
+    def gradient(self, i):
+        """d(last backward's loss)/d(node i), or None if the last backward did not reach i."""
+        p = self.g.ext.get(i)
+        if p is not None:
+            return p.grad
+        if self.gbuf is None or i >= len(self.offs):
+            return None
+        o = self.offs[i]
+        if o < 0 or o + self.g.sizes[i] > self.gtop:
+            return None
+        return self.gbuf[o:o + self.g.sizes[i]].reshape(self.g.shapes[i])
+
+    def _backward(self, i, full):
         g, st, xp = self.g, self.g.stats, self.xp
         t0 = time.perf_counter()
         st._build_s += max(0.0, t0 - g._t_mark)
@@ -323,15 +370,22 @@ class Executor:
         loss = self.value(i)
         if not bool(xp.isfinite(loss).all()):
             raise NonFiniteError(self._non_finite_message(i))
-        gbuf = memory.take(xp, self.buf.dtype, self.top)
+        memory.give(self.gbuf)
+        self.gbuf = None
+        gbuf = memory.take(xp, self.dtype, self.top)
         gbuf[:self.top] = 0
         if i not in g.ext:
             gbuf[self.offs[i]] = 1
         needs = g.needs
+        if full:
+            # DyNet's backward(full=True): gradients reach every node (inputs too, for
+            # Expression.gradient()); parameters still get only the ones they need
+            ext = g.ext
+            needs = [needs[n] if n in ext else True for n in range(len(needs))]
         nb = 0
         self._products = {}
         for b in reversed(self.batches):
-            if not b.need or b.first > i:
+            if not (b.need or full and b.y is not None and b.op.differentiable) or b.first > i:
                 continue
             nb += 1
             gy = gbuf[b.out:b.out + b.n].reshape(b.y.shape)
@@ -358,7 +412,7 @@ class Executor:
                     continue
                 self._scatter(gbuf, info, gr)
         self._merge_products(gbuf)
-        memory.give(gbuf)
+        self.gbuf, self.gtop = gbuf, self.top    # kept until the graph changes or is renewed
         t1 = time.perf_counter()
         st.backward_batches += nb
         st.backward_s += t1 - t0

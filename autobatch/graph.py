@@ -88,6 +88,7 @@ class ComputationGraph:
         self.exe = Executor(self)
         self._t_mark = time.perf_counter()
         self.where: dict = {}       # node -> (file, line) where it was built; debug mode only
+        self._checkpoints: list = []
         if rt.debug:
             self.__class__ = _DebugGraph   # recording add(); the normal add() pays nothing
 
@@ -286,6 +287,55 @@ class ComputationGraph:
         e.i = n
         return e
 
+    # --- DyNet's checkpoints: build a candidate, evaluate it, drop it (beam search) -------
+    def checkpoint(self) -> None:
+        """Remember the current end of the graph; revert() drops what is built after it."""
+        self._checkpoints.append(len(self.ops))
+
+    def revert(self) -> None:
+        """Drop every node built since the last checkpoint() (nothing if there is none, as in
+        DyNet). Expressions of dropped nodes must not be used again: their ids are reused."""
+        if not self._checkpoints:
+            return
+        n = self._checkpoints.pop()
+        if n >= len(self.ops):
+            return
+        self.exe.truncate(n)
+        uses = self.uses
+        for args in self.args[n:]:
+            for a in args:
+                if a < n:
+                    uses[a] -= 1
+        for col in (self.ops, self.args, self.attrs, self.datas, self.shapes, self.sizes,
+                    self.sigs, self.depths, self.needs, uses):
+            del col[n:]
+        # the caches that name nodes: parameter nodes, fast-path entries keyed by a node,
+        # affine entries holding parameter nodes, step templates holding parameter nodes
+        for k in [k for k in self.ext if k >= n]:
+            del self.ext[k]
+        self.pnode = {k: v for k, v in self.pnode.items() if v < n}
+        self._pfast = {k: v for k, v in self._pfast.items() if v < n}
+        self._fast = {k: v for k, v in self._fast.items() if not (type(k[1]) is int and k[1] >= n)}
+        self._faff = {k: v for k, v in self._faff.items() if v[0] < n and v[1] < n}
+        self._recipes = {}
+        self.where = {k: v for k, v in self.where.items() if k < n}
+
+    def version(self) -> int:
+        """Which graph this is: a new number at every renew_cg()."""
+        return self.gid
+
+    def invalidate(self) -> None:
+        """Forget all computed values, as DyNet's invalidate: the next forward recomputes
+        the graph from its first node, and random nodes (dropout, noise, samples) draw new
+        numbers -- new seeds, still per node, so every strategy draws the same ones."""
+        from .ops.random import reseed
+        self.exe.invalidate()
+        ops, datas = self.ops, self.datas
+        for n in range(len(ops)):
+            op = ops[n]
+            if op is not None and op.redraws:
+                datas[n] = reseed(int(datas[n]))
+
     def _intern(self, key, op) -> int:
         """A new signature for key (a base signature and the ids of shared operands)."""
         sig = self._sigtab[key] = len(self.sig_op)
@@ -341,7 +391,7 @@ class ComputationGraph:
 
     def backward_from(self, i: int, full: bool = False) -> None:
         self.forward_to(i)
-        self.exe.backward(i)
+        self.exe.backward(i, full)
 
     def value_of(self, i: int):
         self.forward_to(i)
@@ -412,34 +462,41 @@ class Expression:
                 f"Expression {self.cg.describe(self.i)} belongs to a computation graph that was "
                 f"renewed (renew_cg() was called after it was built) [at {user_line()}]")
 
-    def forward(self) -> None:
+    def forward(self, recalculate: bool = False) -> None:
+        """Compute this node (and what it needs). recalculate: recompute the whole graph,
+        with fresh random numbers, as DyNet does."""
         self._check()
+        if recalculate:
+            self.cg.invalidate()
         self.cg.forward_to(self.i)
 
-    def npvalue(self):
-        """The value as a NumPy array (a copy; on the host for CuPy)."""
+    def npvalue(self, recalculate: bool = False):
+        """The value as a NumPy array (a copy; on the host for CuPy). recalculate: as in
+        forward()."""
         self._check()
+        if recalculate:
+            self.cg.invalidate()
         return self.cg.backend.to_host(self.cg.value_of(self.i)).copy()
 
-    def value(self):
+    def value(self, recalculate: bool = False):
         """As in DyNet: a float for one-element values, a list for vectors, and the
         NumPy array (npvalue) for matrices and tensors."""
-        v = self.npvalue()
+        v = self.npvalue(recalculate)
         if v.size == 1:
             return float(v.reshape(()))
         return v.tolist() if v.ndim == 1 else v
 
-    def scalar_value(self) -> float:
-        v = self.npvalue()
+    def scalar_value(self, recalculate: bool = False) -> float:
+        v = self.npvalue(recalculate)
         if v.size != 1:
             raise GraphError(f"scalar_value() on an expression of shape {v.shape} [at {user_line()}]")
         return float(v.reshape(()))
 
-    def vec_value(self) -> list:
-        return self.npvalue().reshape(-1, order="F").tolist()
+    def vec_value(self, recalculate: bool = False) -> list:
+        return self.npvalue(recalculate).reshape(-1, order="F").tolist()
 
-    def tensor_value(self):
-        return self.npvalue()
+    def tensor_value(self, recalculate: bool = False):
+        return self.npvalue(recalculate)
 
     def dim(self):
         """(shape, batch size) as in DyNet; batch size is always 1 here."""
@@ -450,6 +507,19 @@ class Expression:
         """Accumulate d(self)/d(parameter) into every parameter's gradient."""
         self._check()
         self.cg.backward_from(self.i, full)
+
+    def gradient(self):
+        """d(loss)/d(this node) from the last backward() of its graph, as a NumPy array of
+        this node's shape. Nodes that no parameter depends on (inputs, constants) get one
+        only from backward(full=True); before any backward, this is an error."""
+        self._check()
+        g = self.cg
+        gr = g.exe.gradient(self.i)
+        if gr is None:
+            why = ("call backward() first" if g.exe.gbuf is None else
+                   "this node was not computed when the last backward() ran")
+            raise GraphError(f"gradient(): {why}; {g.describe(self.i)} [at {user_line()}]")
+        return g.backend.to_host(gr).copy()
 
     def incremental_forward(self) -> None:
         self.forward()

@@ -20,7 +20,11 @@ def take(xp, dtype, n: int):
                 best = k
         if best is not None:
             return free.pop(best)
-    return xp.empty(max(n, 1 << 16), dtype=dtype)
+        # none fits: free the largest one before allocating, rather than hold both (a
+        # graph a little bigger than the last would otherwise add a whole arena to the peak)
+        del free[max(range(len(free)), key=lambda k: free[k].shape[0])]
+    # an eighth to spare, so that the next graph, a little bigger, still fits
+    return xp.empty(max(n + (n >> 3), 1 << 16), dtype=dtype)
 
 
 def give(buf) -> None:

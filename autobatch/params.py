@@ -4,6 +4,7 @@ A parameter owns its value and an accumulated gradient, both arrays of the activ
 backend; graphs read the value and add into the gradient, trainers apply it."""
 from __future__ import annotations
 
+import json
 import math
 import os
 
@@ -16,14 +17,28 @@ def _rng():
     return runtime.state().rng
 
 
-class Initializer:
-    """Base: ``init(shape, is_lookup) -> np.ndarray`` (float64; cast on placement)."""
+class PyInitializer:
+    """Base class of all initializers (DyNet's name for it; ``Initializer`` is an alias).
+
+    An initializer's ``init(shape, is_lookup) -> np.ndarray`` returns the initial value
+    (a float64 host array of exactly ``shape``; it is cast and placed on the backend by the
+    parameter). Subclasses of the built-in initializers that call ``super().__init__(...)``
+    work as in DyNet. DyNet runs no Python code of a direct subclass of PyInitializer (it
+    refuses to create one); here such a subclass may override ``init`` to write its own."""
+
+    def __init__(self):
+        if type(self).init is PyInitializer.init:
+            raise TypeError("Do not create PyInitializer directly: use a built-in initializer, "
+                            "or subclass PyInitializer and override init(shape, is_lookup)")
 
     def init(self, shape, is_lookup=False):
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not override init(shape, is_lookup)")
 
 
-class GlorotInitializer(Initializer):
+Initializer = PyInitializer
+
+
+class GlorotInitializer(PyInitializer):
     def __init__(self, is_lookup=False, gain=1.0):
         self.is_lookup, self.gain = is_lookup, gain
 
@@ -33,7 +48,7 @@ class GlorotInitializer(Initializer):
         return _rng().uniform(-s, s, shape)
 
 
-class NormalInitializer(Initializer):
+class NormalInitializer(PyInitializer):
     def __init__(self, mean=0.0, var=1.0):
         self.mean, self.std = mean, math.sqrt(var)
 
@@ -41,7 +56,7 @@ class NormalInitializer(Initializer):
         return _rng().normal(self.mean, self.std, shape)
 
 
-class UniformInitializer(Initializer):
+class UniformInitializer(PyInitializer):
     def __init__(self, scale):
         self.scale = scale
 
@@ -49,7 +64,7 @@ class UniformInitializer(Initializer):
         return _rng().uniform(-self.scale, self.scale, shape)
 
 
-class ConstInitializer(Initializer):
+class ConstInitializer(PyInitializer):
     def __init__(self, c):
         self.c = c
 
@@ -57,7 +72,7 @@ class ConstInitializer(Initializer):
         return np.full(shape, self.c, dtype=np.float64)
 
 
-class NumpyInitializer(Initializer):
+class NumpyInitializer(PyInitializer):
     def __init__(self, array):
         self.array = np.asarray(array)
 
@@ -65,6 +80,96 @@ class NumpyInitializer(Initializer):
         if self.array.shape != tuple(shape):
             raise ValueError(f"initializer array has shape {self.array.shape}, parameter needs {tuple(shape)}")
         return self.array
+
+
+def _square(shape, what: str) -> int:
+    # DyNet sees a lookup table (n, d) as one d x n matrix: it must be square too
+    if len(shape) != 2 or shape[0] != shape[1]:
+        raise ValueError(f"{what}: needs a square matrix, the parameter has shape {tuple(shape)}")
+    return shape[0]
+
+
+class IdentityInitializer(PyInitializer):
+    """The identity matrix. Only for square matrices (a lookup table (n, n) too)."""
+
+    def __init__(self):
+        pass
+
+    def init(self, shape, is_lookup=False):
+        return np.eye(_square(shape, "IdentityInitializer"))
+
+
+class SaxeInitializer(PyInitializer):
+    """A random orthogonal matrix times scale (Saxe et al., 2014): Q·Qᵀ = scale²·I.
+    Only for square matrices (a lookup table (n, n) too), as DyNet. Q is uniform over
+    the orthogonal group (QR of a Gaussian matrix, signs fixed by R's diagonal)."""
+
+    def __init__(self, scale: float = 1.0):
+        self.scale = float(scale)
+
+    def init(self, shape, is_lookup=False):
+        n = _square(shape, "SaxeInitializer")
+        q, r = np.linalg.qr(_rng().standard_normal((n, n)))
+        # without the sign fix QR's convention would bias the distribution
+        return self.scale * (q * np.where(np.diag(r) < 0, -1.0, 1.0))
+
+
+class FromFileInitializer(PyInitializer):
+    """Values read from a text file of whitespace-separated numbers, in DyNet's order:
+    column-major (Fortran) for a dense parameter, so a (2, 3) parameter from "1 2 3 4 5 6"
+    is [[1, 3, 5], [2, 4, 6]]; for a lookup table row after row, each row column-major.
+    The file is read when the parameter is created.
+
+    Unlike DyNet, which silently fills zeros for a missing file, a short file or an
+    unreadable number and ignores extra numbers, these raise (FileNotFoundError, ValueError)."""
+
+    def __init__(self, fname):
+        if isinstance(fname, bytes):    # DyNet 2.1 under Python 3 wants bytes; accept both
+            fname = fname.decode()
+        self.fname = os.fspath(fname)
+
+    def init(self, shape, is_lookup=False):
+        if not os.path.isfile(self.fname):
+            raise FileNotFoundError(f"FromFileInitializer: no file {self.fname!r}")
+        with open(self.fname) as f:
+            tokens = f.read().split()
+        try:
+            vals = np.array(tokens, dtype=np.float64)
+        except ValueError as e:
+            raise ValueError(f"FromFileInitializer: {self.fname} holds something that is not a number ({e})") from None
+        need = math.prod(shape)
+        if vals.size != need:
+            raise ValueError(f"FromFileInitializer: {self.fname} holds {vals.size} numbers, "
+                             f"a parameter of shape {tuple(shape)} needs {need}")
+        if not is_lookup:
+            return vals.reshape(shape, order="F")
+        row = tuple(shape[1:])
+        k = len(row)
+        return vals.reshape((shape[0],) + row[::-1]).transpose((0,) + tuple(range(k, 0, -1)))
+
+
+# lambda of root collections created from now on (DynetParams.set_weight_decay)
+_DEFAULT_WEIGHT_DECAY = 0.0
+
+
+def _check_weight_decay(lam, where: str) -> float:
+    if isinstance(lam, bool) or not isinstance(lam, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{where}: weight decay must be a number, got {type(lam).__name__}")
+    lam = float(lam)
+    if not 0.0 <= lam < 1.0:
+        raise ValueError(f"{where}: weight decay must be in [0, 1) (usually small, like 1e-6), got {lam}")
+    return lam
+
+
+def set_default_weight_decay(lam: float) -> None:
+    """Weight decay lambda of root ParameterCollections created from now on (what
+    ``DynetParams.set_weight_decay`` and ``--dynet-weight-decay`` set)."""
+    global _DEFAULT_WEIGHT_DECAY
+    _DEFAULT_WEIGHT_DECAY = _check_weight_decay(lam, "set_default_weight_decay")
+
+
+def default_weight_decay() -> float:
+    return _DEFAULT_WEIGHT_DECAY
 
 
 def _as_shape(dim) -> tuple:
@@ -267,6 +372,7 @@ class ParameterCollection:
         self._items: list = []      # parameters, lookup parameters and sub-collections, in order
         self._taken: dict = {}      # base name -> times used, for parameters
         self._taken_sub: dict = {}  # the same for sub-collections
+        self._weight_decay = _DEFAULT_WEIGHT_DECAY
 
     @staticmethod
     def _unique(name, taken):
@@ -296,8 +402,43 @@ class ParameterCollection:
 
     def add_subcollection(self, name: str = "") -> "ParameterCollection":
         sub = ParameterCollection(name, self._prefix + self._unique(name, self._taken_sub) + "/")
+        sub._weight_decay = self._weight_decay    # as DyNet: inherited when created
         self._items.append(sub)
         return sub
+
+    # --- L2 weight decay -----------------------------------------------------------
+    def set_weight_decay(self, lam: float) -> None:
+        """L2 weight decay: after every trainer update of this collection, each of its
+        parameters (sub-collections' included) is multiplied by (1 - lam), as DyNet's
+        ``--dynet-weight-decay``. The lambda of the collection the trainer was made with
+        counts, not that of the sub-collection holding a parameter (as DyNet).
+        lam must be in [0, 1) (DyNet accepts 1 here but not in DynetParams; it zeroes
+        every weight).
+
+        Differences from DyNet, which keeps one pending scale per collection and folds it
+        into the values only now and then: ``as_array()`` shows the decayed values (DyNet's
+        shows the stored ones until it folds), and frozen parameters (``set_updated(False)``)
+        do not decay (DyNet decays them until the next fold, then restores them).
+        The decay costs one pass over every parameter per update (whole lookup tables too)."""
+        self._weight_decay = _check_weight_decay(lam, "set_weight_decay")
+
+    def set_weight_decay_lambda(self, lam: float) -> None:
+        """Alias of ``set_weight_decay``."""
+        self.set_weight_decay(lam)
+
+    def get_weight_decay(self) -> float:
+        """The weight decay lambda (0: none; new root collections get the value of
+        ``DynetParams.set_weight_decay`` / ``--dynet-weight-decay``, sub-collections their
+        parent's at creation)."""
+        return self._weight_decay
+
+    def _apply_weight_decay(self) -> None:
+        """What a trainer calls once after each update of this collection."""
+        lam = self._weight_decay
+        if lam:
+            for p in self.all_parameters():
+                if p.updated:
+                    p.value *= 1.0 - lam
 
     def subcollections(self) -> list:
         return [x for x in self._items if isinstance(x, ParameterCollection)]
@@ -337,27 +478,271 @@ class ParameterCollection:
         return ([f"p{k}" for k in range(len(self.parameters_list()))]
                 + [f"l{k}" for k in range(len(self.lookup_parameters_list()))])
 
-    def save(self, path: str) -> None:
-        """Write all values to an .npz file (in creation order)."""
-        arrays = {k: p.as_array() for k, p in zip(self._keys(), self.all_parameters())}
+    def save(self, path: str, key: str = "") -> None:
+        """Write all values to an .npz file: dense parameters in creation order ("p0", "p1",
+        ...), then lookup tables ("l0", ...), and their names ("names"). key: names are
+        written with this collection's prefix replaced by key (DyNet's ``save(fname, key)``).
+
+        ``save(path, [objects])`` (DyNet 1's form) is ``dy.save(path, [objects])``."""
+        if isinstance(key, (list, tuple)):
+            return save(path, key)
+        if not isinstance(key, str):
+            raise TypeError(f"save: key must be a str, got {type(key).__name__}")
+        ps = self.all_parameters()
+        arrays = {k: p.as_array() for k, p in zip(self._keys(), ps)}
+        n = len(self._prefix)
+        arrays["names"] = np.array([(key + p.name()[n:]) if key else p.name() for p in ps], dtype=str)
         with open(path, "wb") as f:
             np.savez(f, **arrays)
 
-    def populate(self, path: str) -> None:
-        """Load values saved by ``save`` into parameters created in the same order."""
+    def _read(self, path: str, where: str) -> dict:
+        """path's arrays by key, and "names" (a list, or None in files written without them)."""
         if not os.path.exists(path):
             raise FileNotFoundError(path)
-        with np.load(path) as z:
-            keys = self._keys()
-            if sorted(z.files) != sorted(keys):
-                raise ValueError(f"populate: {path} holds {len(z.files)} arrays, this collection has {len(keys)} parameters")
-            loaded = {k: z[k] for k in keys}
-        # check all shapes first so a mismatch leaves every parameter unchanged
-        for k, p in zip(keys, self.all_parameters()):
-            if loaded[k].shape != p.shape():
-                raise ValueError(f"populate: {k} has shape {loaded[k].shape} in {path}, parameter is {p.shape()}")
-        for k, p in zip(keys, self.all_parameters()):
-            p.set_value(loaded[k])
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                out = {k: z[k] for k in z.files}
+        except (ValueError, OSError) as e:
+            raise ValueError(f"{where}: {path} is not a file written by ParameterCollection.save ({e})") from None
+        out["names"] = [str(x) for x in out["names"]] if "names" in out else None
+        return out
+
+    @staticmethod
+    def _entries(z: dict) -> list:
+        """(key, name or None) of the arrays in z, dense first then lookup, in saved order."""
+        out = []
+        for kind in "pl":
+            k = 0
+            while f"{kind}{k}" in z:
+                out.append(f"{kind}{k}")
+                k += 1
+        names = z["names"]
+        if names is not None and len(names) != len(out):
+            raise ValueError("the file's names do not match its arrays")
+        return [(k, None if names is None else names[j]) for j, k in enumerate(out)]
+
+    def populate(self, path: str, key: str = "") -> None:
+        """Load values written by ``save`` into this collection's parameters, by position:
+        the saved dense parameters into ``parameters_list()``, the saved tables into
+        ``lookup_parameters_list()``. key: use only the saved parameters inside the collection
+        named key, e.g. "/enc/" (DyNet's ``populate(fname, key)``: fill a sub-model from a
+        bigger file).
+        Counts and shapes are checked first: on a mismatch nothing changes."""
+        z = self._read(path, "populate")
+        entries = self._entries(z)
+        if key:
+            if z["names"] is None:
+                raise ValueError(f"populate: {path} holds no parameter names (an older file); "
+                                 "it can only be loaded whole (key='')")
+            # whole path components only, as DyNet: "/enc" and "/enc/" take "/enc/_0", "/en" does not
+            sub = key if key.endswith("/") else key + "/"
+            entries = [(k, nm) for k, nm in entries if nm.startswith(sub)]
+        for kind, mine, what in (("p", self.parameters_list(), "parameters"),
+                                 ("l", self.lookup_parameters_list(), "lookup parameters")):
+            theirs = [(k, nm) for k, nm in entries if k[0] == kind]
+            if len(theirs) != len(mine):
+                under = f" under key {key!r}" if key else ""
+                raise ValueError(f"populate: {path} holds {len(theirs)} {what}{under}, "
+                                 f"this collection has {len(mine)}")
+            for (k, nm), p in zip(theirs, mine):
+                if z[k].shape != p.shape():
+                    raise ValueError(f"populate: {nm or k} has shape {z[k].shape} in {path}, "
+                                     f"parameter {p.name()} is {p.shape()}")
+        for kind, mine in (("p", self.parameters_list()), ("l", self.lookup_parameters_list())):
+            for (k, _), p in zip([e for e in entries if e[0][0] == kind], mine):
+                p.set_value(z[k])
+
+    def _load_one(self, path: str, key: str, lookup: bool):
+        where = "load_lookup_param" if lookup else "load_param"
+        z = self._read(path, where)
+        if z["names"] is None:
+            raise ValueError(f"{where}: {path} holds no parameter names (an older file)")
+        kind = "l" if lookup else "p"
+        for k, nm in self._entries(z):
+            if k[0] == kind and nm == key:
+                base = key.rstrip("/").rsplit("/", 1)[-1]
+                name = "" if base.startswith("_") and base[1:].isdigit() else base
+                add = self.add_lookup_parameters if lookup else self.add_parameters
+                return add(z[k].shape, NumpyInitializer(z[k]), name)
+        what = "lookup parameter" if lookup else "parameter"
+        raise KeyError(f"{where}: no {what} named {key!r} in {path}")
+
+    def load_param(self, path: str, key: str) -> Parameter:
+        """The saved dense parameter named key (its full name, e.g. "/W" or "/enc/_0"), added
+        to this collection with its saved value."""
+        return self._load_one(path, key, lookup=False)
+
+    def load_lookup_param(self, path: str, key: str) -> LookupParameter:
+        """As ``load_param`` for a lookup table."""
+        return self._load_one(path, key, lookup=True)
+
+    def load(self, path: str) -> list:
+        """DyNet 1's ``model.load(fname)``: ``dy.load(path, self)``."""
+        return load(path, self)
+
+    # --- undo for load(): a failed load leaves the collection as it was --------------
+    def _mark(self):
+        return len(self._items), dict(self._taken), dict(self._taken_sub)
+
+    def _undo(self, mark) -> None:
+        n, taken, taken_sub = mark
+        del self._items[n:]
+        self._taken, self._taken_sub = taken, taken_sub
+
+
+# --- dy.save / dy.load ---------------------------------------------------------------
+_FORMAT = "autobatch-objects"
+
+
+def _spec_out(v, where: str):
+    """A spec as JSON: tuples become lists, classes {"class": "module:qualname"}."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, (np.integer, np.floating)):
+        return v.item()
+    if isinstance(v, (list, tuple)):
+        return [_spec_out(x, where) for x in v]
+    if isinstance(v, dict) and all(isinstance(k, str) for k in v):
+        return {"dict": {k: _spec_out(x, where) for k, x in v.items()}}
+    if isinstance(v, type):
+        return {"class": f"{v.__module__}:{v.__qualname__}"}
+    raise TypeError(f"save: {where}: its spec holds a {type(v).__name__}, which cannot be saved "
+                    "(specs may hold numbers, strings, lists, tuples, dicts and classes)")
+
+
+def _class(name: str):
+    import importlib
+    mod, _, qual = name.partition(":")
+    try:
+        obj = importlib.import_module(mod)
+        for part in qual.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"load: class {name} named in the file cannot be found ({e})") from None
+    if not isinstance(obj, type):
+        raise ValueError(f"load: {name} named in the file is not a class")
+    return obj
+
+
+def _spec_in(v):
+    if isinstance(v, list):
+        return [_spec_in(x) for x in v]
+    if isinstance(v, dict):
+        if "class" in v:
+            return _class(v["class"])
+        return {k: _spec_in(x) for k, x in v["dict"].items()}
+    return v
+
+
+def _params_of(obj) -> tuple:
+    pc = obj.param_collection()
+    if not isinstance(pc, ParameterCollection):
+        raise TypeError(f"save: {type(obj).__name__}.param_collection() must return a ParameterCollection")
+    return pc.parameters_list(), pc.lookup_parameters_list()
+
+
+def save(basename: str, objects) -> None:
+    """Write parameters, lookup parameters and builders (any object with ``param_collection()``,
+    a ``spec`` and a static ``from_spec(spec, model)``, as DyNet's) to basename.data (an .npz
+    of their values) and basename.meta (JSON: what each object is). ``load(basename, model)``
+    re-creates them. The format is autobatch's own: DyNet cannot read it, nor it DyNet's."""
+    objects = list(objects)
+    arrays, meta = {}, []
+
+    def put(p):
+        k = f"a{len(arrays)}"
+        arrays[k] = p.as_array()
+        return k
+    for j, o in enumerate(objects):
+        if isinstance(o, Parameter):
+            meta.append({"kind": "lookup" if o.is_lookup else "param", "name": o.name(), "array": put(o)})
+            continue
+        where = f"object {j} ({type(o).__name__})"
+        cls = type(o)
+        if not (hasattr(o, "param_collection") and hasattr(o, "spec") and hasattr(cls, "from_spec")):
+            raise TypeError(f"save: {where} is not a Parameter, a LookupParameter or an object with "
+                            "param_collection(), spec and from_spec(spec, model)")
+        if o.spec is None:
+            raise TypeError(f"save: {where} has no spec (e.g. a BiRNNBuilder made from builder_layers): "
+                            "it cannot be re-created; save its builders instead")
+        dense, lookups = _params_of(o)
+        meta.append({"kind": "object", "class": f"{cls.__module__}:{cls.__qualname__}",
+                     "spec": _spec_out(o.spec, where),
+                     "params": [put(p) for p in dense], "lookups": [put(p) for p in lookups]})
+    text = json.dumps({"format": _FORMAT, "version": 1, "objects": meta})
+    with open(basename + ".data", "wb") as f:
+        np.savez(f, **arrays)
+    with open(basename + ".meta", "w") as f:
+        f.write(text)
+
+
+def _read_meta(basename: str):
+    for ext in (".meta", ".data"):
+        if not os.path.exists(basename + ext):
+            raise FileNotFoundError(basename + ext)
+    try:
+        with open(basename + ".meta") as f:
+            meta = json.load(f)
+        ok = isinstance(meta, dict) and meta.get("format") == _FORMAT
+    except (UnicodeDecodeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"load: {basename}.meta was not written by autobatch's save "
+                         "(DyNet's own .data/.meta files cannot be read)")
+    if meta.get("version") != 1:
+        raise ValueError(f"load: {basename}.meta has format version {meta.get('version')}, this autobatch reads 1")
+    try:
+        with np.load(basename + ".data", allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (ValueError, OSError) as e:
+        raise ValueError(f"load: {basename}.data is not readable ({e})") from None
+    return meta["objects"], arrays
+
+
+def load(basename: str, model: ParameterCollection) -> list:
+    """The objects ``save(basename, objects)`` wrote, re-created in model with their saved
+    values, in the same order. Everything is checked before values are set; on an error
+    model is left as it was."""
+    if not isinstance(model, ParameterCollection):
+        raise TypeError(f"load: model must be a ParameterCollection, got {type(model).__name__}")
+    entries, arrays = _read_meta(basename)
+    for e in entries:
+        for k in [e.get("array")] + e.get("params", []) + e.get("lookups", []):
+            if k is not None and k not in arrays:
+                raise ValueError(f"load: {basename}.data lacks array {k} named in {basename}.meta")
+    mark = model._mark()
+    try:
+        out, todo = [], []
+        for j, e in enumerate(entries):
+            if e.get("kind") not in ("param", "lookup", "object"):
+                raise ValueError(f"load: entry {j} of {basename}.meta has unknown kind {e.get('kind')!r}")
+            if e["kind"] in ("param", "lookup"):
+                a = arrays[e["array"]]
+                base = e["name"].rstrip("/").rsplit("/", 1)[-1]
+                name = "" if base.startswith("_") and base[1:].isdigit() else base
+                add = model.add_lookup_parameters if e["kind"] == "lookup" else model.add_parameters
+                out.append(add(a.shape, ConstInitializer(0.0), name))
+                todo.append((out[-1], a))
+                continue
+            cls = _class(e["class"])
+            obj = cls.from_spec(_spec_in(e["spec"]), model)
+            dense, lookups = _params_of(obj)
+            for what, mine, keys in (("parameters", dense, e["params"]), ("lookup parameters", lookups, e["lookups"])):
+                if len(mine) != len(keys):
+                    raise ValueError(f"load: object {j} ({cls.__name__}) was saved with {len(keys)} {what}, "
+                                     f"from_spec made {len(mine)}")
+                for p, k in zip(mine, keys):
+                    if arrays[k].shape != p.shape():
+                        raise ValueError(f"load: object {j} ({cls.__name__}): saved {what[:-1]} of shape "
+                                         f"{arrays[k].shape}, from_spec made {p.name()} of shape {p.shape()}")
+                    todo.append((p, arrays[k]))
+            out.append(obj)
+    except BaseException:
+        model._undo(mark)
+        raise
+    for p, a in todo:
+        p.set_value(a)
+    return out
 
 
 Model = ParameterCollection

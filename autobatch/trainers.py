@@ -15,7 +15,8 @@ from typing import Optional
 from .errors import NonFiniteError
 from .params import Parameter, ParameterCollection
 
-__all__ = ["Trainer", "SimpleSGDTrainer", "MomentumSGDTrainer", "AdagradTrainer", "AdamTrainer"]
+__all__ = ["Trainer", "SimpleSGDTrainer", "CyclicalSGDTrainer", "MomentumSGDTrainer", "AdagradTrainer",
+           "AdadeltaTrainer", "RMSPropTrainer", "AdamTrainer", "AmsgradTrainer"]
 
 
 class Trainer:
@@ -55,6 +56,9 @@ class Trainer:
     def set_learning_rate(self, lr: float) -> None:
         self.learning_rate = float(lr)
 
+    def whoami(self) -> str:
+        return type(self).__name__
+
     def status(self) -> str:
         """Print (to stderr, as DyNet) and return learning rate, clips and updates since the
         last call; resets those counters."""
@@ -76,45 +80,75 @@ class Trainer:
         if learning_rate is not None:
             self.learning_rate = float(learning_rate)
 
-    def update(self) -> None:
-        """Apply the accumulated gradients of every parameter of the model, then zero them."""
+    def update(self, scale: Optional[float] = None) -> None:
+        """Apply the accumulated gradients of every parameter of the model, then zero them.
+
+        scale: DyNet 1's ``update(s)`` (gone in DyNet 2, kept so that older programs run):
+        the gradients are multiplied by s before clipping and the rule."""
+        self._update(self.model.parameters_list(), self.model.lookup_parameters_list(),
+                     scale=1.0 if scale is None else float(scale))
+
+    def update_subset(self, updated_params, updated_lookups) -> None:
+        """As ``update`` for the parameters and lookup parameters at these positions of
+        ``parameters_list()`` / ``lookup_parameters_list()`` only (DyNet's last resort;
+        prefer ``update=False`` when building). Clipping sees only their gradients, and only
+        their gradients are zeroed: the others wait for a later update. (DyNet 2.1's Python
+        update_subset does nothing at all; this is what its documentation describes.)"""
+        ps, ls = self.model.parameters_list(), self.model.lookup_parameters_list()
+        sel = []
+        for what, idx, lst in (("parameter", updated_params, ps), ("lookup parameter", updated_lookups, ls)):
+            idx = [int(i) for i in idx]
+            bad = [i for i in idx if not 0 <= i < len(lst)]
+            if bad:
+                raise IndexError(f"{type(self).__name__}.update_subset: {what} index {bad[0]} out of range "
+                                 f"(the model has {len(lst)})")
+            sel.append([lst[i] for i in sorted(set(idx))])
+        self._update(*sel, clear=sel[0] + sel[1])
+
+    # --- internals -----------------------------------------------------------------
+    def _update(self, params, lookups, clear=None, scale: float = 1.0) -> None:
         work = []   # (parameter, rows or None for all)
-        for p in self.model.parameters_list():
+        for p in params:
             if p.updated:
                 work.append((p, None))
-        for p in self.model.lookup_parameters_list():
+        for p in lookups:
             if not p.updated:
                 continue
             rows = p.used_rows() if self.sparse_updates_enabled else None
             if rows is None or rows.shape[0] > 0:
                 work.append((p, rows))
-        gscale = self._clip_scale(work)
+        gscale = self._clip_scale(work, scale)
         for p, rows in work:
             self._apply(p, rows, gscale)
-        for p in self.model.all_parameters():
+        for p in self.model.all_parameters() if clear is None else clear:
             p._clear_grad()
+        self.model._apply_weight_decay()      # DyNet: after every update, whatever the rule
         self.updates += 1
         self.updates_since_status += 1
+        self._after_update()
 
-    # --- internals -----------------------------------------------------------------
-    def _clip_scale(self, work) -> float:
-        """DyNet's clipping: scale all gradients by thr/‖g‖ when the global norm exceeds thr."""
+    def _after_update(self) -> None:
+        """Hook run after each update (a learning-rate schedule)."""
+
+    def _clip_scale(self, work, scale: float = 1.0) -> float:
+        """DyNet's clipping: scale all gradients (times scale) by thr/‖g‖ when their global
+        norm exceeds thr."""
         if not self.clipping_enabled or not work:
-            return 1.0
+            return scale
         sums: dict = {}   # one device reduction per backend, one host transfer each
         for p, rows in work:
             g = p.grad if rows is None else p.grad[rows]
             s = (g * g).sum()
             sums[p.xp] = s if p.xp not in sums else sums[p.xp] + s
-        norm = math.sqrt(sum(float(s) for s in sums.values()))
+        norm = abs(scale) * math.sqrt(sum(float(s) for s in sums.values()))
         if not math.isfinite(norm):
             raise NonFiniteError(f"{type(self).__name__}.update: gradient norm is {norm}; "
                                  "gradients are left as they are")
         if norm > self.clip_threshold:
             self.clips += 1
             self.clips_since_status += 1
-            return self.clip_threshold / norm
-        return 1.0
+            return scale * self.clip_threshold / norm
+        return scale
 
     def _state(self, p: Parameter) -> list:
         aux = self._aux.get(p)
@@ -159,6 +193,33 @@ class SimpleSGDTrainer(Trainer):
         x -= xp.multiply(g, self.learning_rate * gscale)
 
 
+class CyclicalSGDTrainer(SimpleSGDTrainer):
+    """SGD whose rate follows DyNet's triangular cycle (Smith, 2015). Update k (k = 0, 1, ...)
+    uses the current rate, then sets the rate for the next one::
+
+        cycle = ⌊1 + k/(2·step_size)⌋;  u = |k/step_size − 2·cycle + 1|
+        η ← η_min + (η_max − η_min)·max(0, 1 − u)·γᵏ
+
+    The first update runs at η_min. ``restart()`` keeps the cycle position (as DyNet)."""
+
+    def __init__(self, m: ParameterCollection, learning_rate_min: float = 0.01, learning_rate_max: float = 0.1,
+                 step_size: float = 2000, gamma: float = 1.0):
+        super().__init__(m, learning_rate_min)
+        if step_size <= 0:
+            raise ValueError(f"CyclicalSGDTrainer: step_size must be positive, got {step_size}")
+        self.learning_rate_min, self.learning_rate_max = float(learning_rate_min), float(learning_rate_max)
+        self.step_size, self.gamma = float(step_size), float(gamma)
+        self.it = 0
+
+    def _after_update(self) -> None:
+        k, s = self.it, self.step_size
+        cycle = math.floor(1 + k / (2 * s))
+        u = abs(k / s - 2 * cycle + 1)
+        up = (self.learning_rate_max - self.learning_rate_min) * (1 - u) * self.gamma ** k if u < 1 else 0.0
+        self.learning_rate = self.learning_rate_min + up
+        self.it += 1
+
+
 class MomentumSGDTrainer(Trainer):
     """v ← μ·v − η·s·g;  x ← x + v."""
 
@@ -192,7 +253,10 @@ class AdamTrainer(Trainer):
     """DyNet's Adam, t = updates + 1 (counted over update() calls, shared by all rows)::
 
         m ← β1·m + (1−β1)·s·g;  v ← β2·v + (1−β2)·(s·g)²
-        x ← x − α·√(1−β2ᵗ)/(1−β1ᵗ) · m / (√v + ε·√(1−β2ᵗ))"""
+        x ← x − α·√(1−β2ᵗ)/(1−β1ᵗ) · m / (√v + ε)
+
+    (ε is added to √v, not to the bias-corrected √v̂ as in the paper: DyNet 2.1's form,
+    checked against it; the two differ only when ε is not negligible.)"""
 
     _n_aux = 2
 
@@ -209,7 +273,7 @@ class AdamTrainer(Trainer):
         t = self.updates + 1
         c2 = math.sqrt(1 - b2 ** t)
         lr_t = self.learning_rate * c2 / (1 - b1 ** t)
-        return x - lr_t * m / (xp.sqrt(v) + self.epsilon * c2), [m, v]
+        return x - lr_t * m / (xp.sqrt(v) + self.epsilon), [m, v]
 
     def _inplace(self, x, g, aux, gscale, xp):
         b1, b2 = self.beta_1, self.beta_2
@@ -225,7 +289,65 @@ class AdamTrainer(Trainer):
         v *= b2
         v += tmp
         xp.sqrt(v, out=tmp)
-        tmp += self.epsilon * c2
+        tmp += self.epsilon
         xp.divide(m, tmp, out=tmp)
         tmp *= lr_t
         x -= tmp
+
+
+class AdadeltaTrainer(Trainer):
+    """AdaDelta (Zeiler, 2012); no learning rate (``learning_rate`` is 1 and unused, as DyNet)::
+
+        g ← s·g;  G ← ρ·G + (1−ρ)·g²;  d = −g·√(D + ε)/√(G + ε)
+        D ← ρ·D + (1−ρ)·d²;  x ← x + d"""
+
+    _n_aux = 2
+
+    def __init__(self, m: ParameterCollection, eps: float = 1e-6, rho: float = 0.95):
+        super().__init__(m, 1.0)
+        self.epsilon, self.rho = float(eps), float(rho)
+
+    def _rule(self, x, g, aux, gscale, xp):
+        rho, eps = self.rho, self.epsilon
+        g = gscale * g
+        G = rho * aux[0] + (1 - rho) * (g * g)
+        d = -g * xp.sqrt(aux[1] + eps) / xp.sqrt(G + eps)
+        D = rho * aux[1] + (1 - rho) * (d * d)
+        return x + d, [G, D]
+
+
+class RMSPropTrainer(Trainer):
+    """RMSProp: a moving average of squared gradients per element::
+
+        g ← s·g;  G ← ρ·G + (1−ρ)·g²;  x ← x − η·g/√(G + ε)"""
+
+    _n_aux = 1
+
+    def __init__(self, m: ParameterCollection, learning_rate: float = 0.001, eps: float = 1e-8, rho: float = 0.9):
+        super().__init__(m, learning_rate)
+        self.epsilon, self.rho = float(eps), float(rho)
+
+    def _rule(self, x, g, aux, gscale, xp):
+        g = gscale * g
+        G = self.rho * aux[0] + (1 - self.rho) * (g * g)
+        return x - self.learning_rate * g / xp.sqrt(G + self.epsilon), [G]
+
+
+class AmsgradTrainer(AdamTrainer):
+    """AMSGrad (Reddi et al., 2018): Adam dividing by the running maximum of v, t = updates + 1::
+
+        m ← β1·m + (1−β1)·s·g;  v ← β2·v + (1−β2)·(s·g)²;  v̂ ← max(v̂, v)
+        x ← x − α·√(1−β2ᵗ)/(1−β1ᵗ) · m / (√v̂ + ε)"""
+
+    _n_aux = 3
+    _inplace = None
+
+    def _rule(self, x, g, aux, gscale, xp):
+        b1, b2 = self.beta_1, self.beta_2
+        g = gscale * g
+        m = b1 * aux[0] + (1 - b1) * g
+        v = b2 * aux[1] + (1 - b2) * (g * g)
+        vhat = xp.maximum(aux[2], v)
+        t = self.updates + 1
+        lr_t = self.learning_rate * math.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+        return x - lr_t * m / (xp.sqrt(vhat) + self.epsilon), [m, v, vhat]

@@ -87,7 +87,8 @@ GRAD_ROWS = {
     "matmul": lambda c, k: (red(c.m(k) * dy.pickrange(c.mix(k), 0, 4), k)       # matrix · vector
                             + red(c.h(k) * dy.transpose(c.e(k)), k)               # outer product
                             + red(c.m(k) * dy.transpose(c.m(k)), k)               # matrix · matrix
-                            + red(dy.transpose(c.m(k)) * c.P.V, k)),              # parameter on the right
+                            + red(dy.transpose(c.m(k)) * c.P.V, k)                # parameter on the right
+                            + red(c.mix(k) * c.h(k)[1], k)),                     # vector · (1,): a scaling
     "affine": lambda c, k: (red(dy.affine_transform([c.P.b, c.P.W, c.x(k), c.P.V, c.e(k)]), k)
                             + red(dy.affine_transform([c.P.b, c.P.V, dy.tanh(c.h(k))]), k)
                             + red(dy.affine_transform([c.P.b, c.P.V, c.P.q]), k)),

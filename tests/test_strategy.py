@@ -56,7 +56,14 @@ def test_strategy_changes_batching_not_results():
     assert out["agenda"][1] < out["none"][1]
 
 
-@pytest.mark.parametrize("bad", ["fast", "", "3", -1, 7, 1.5, None.__class__, [1], "agenda!"])
+def test_dynet_codes_beyond_2_mean_agenda():
+    """DyNet's --dynet-autobatch 3 (an agenda variant) and 100+ (time the strategies, keep
+    the fastest) must not stop a DyNet program: they give agenda."""
+    for code in (3, "3", 100, 102):
+        assert runtime.parse_strategy(code) is Strategy.AGENDA
+
+
+@pytest.mark.parametrize("bad", ["fast", "", "4", -1, 7, 99, 1.5, None.__class__, [1], "agenda!"])
 def test_bad_values_raise_clear_error(bad):
     with pytest.raises(ValueError) as e:
         dy.renew_cg(autobatching=bad)

@@ -29,12 +29,13 @@ def ref_adagrad(lr, eps):
 
 
 def ref_adam(lr, b1, b2, eps):
-    """Textbook Adam with bias correction (DyNet's form is algebraically the same)."""
+    """Adam as DyNet 2.1 writes it: the bias corrections folded into the rate, and eps
+    added to sqrt(v) itself (textbook Adam adds it to sqrt(v_hat), which differs for
+    large eps)."""
     def step(x, g, st, t):
         m = b1 * st.get("m", 0) + (1 - b1) * g
         v = b2 * st.get("v", 0) + (1 - b2) * g * g
-        mhat, vhat = m / (1 - b1 ** t), v / (1 - b2 ** t)
-        return x - lr * mhat / (np.sqrt(vhat) + eps), {"m": m, "v": v}
+        return x - lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t) * m / (np.sqrt(v) + eps), {"m": m, "v": v}
     return step
 
 

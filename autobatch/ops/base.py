@@ -121,6 +121,8 @@ class Op:
     differentiable -- False: backward is never called (inputs, constants)
     has_data    -- nodes carry per-node data (an index, a vector) that the kernel
                    receives as a list of length B; it is not part of the signature
+    redraws     -- the node's data is a random seed, drawn again when its graph is
+                   invalidated (DyNet recomputes dropout masks on every full forward)
     """
 
     name = "?"
@@ -132,6 +134,7 @@ class Op:
     batchable = True
     differentiable = True
     has_data = False
+    redraws = False
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)

@@ -80,10 +80,14 @@ class MatMul(Op):
         a, x = shapes
         if len(a) == 1 and len(x) == 2 and x[0] == 1:
             return (a[0], x[1])           # outer product u·vᵀ
+        if len(a) == 1 and x == (1,):
+            return a                      # DyNet: a vector (m,) is (m, 1), a (1,) is (1, 1)
         return _mv_shape(self.name, a, x)
 
     def forward(self, xp, xs, attr, data):
         a, x = xs
+        if a.ndim == 2 and x.ndim == 2:
+            return a * x                   # (B,m)·(B,1): each vector times its scalar
         if a.ndim == 2:
             return a[:, :, None] * x       # (B,m)·(B,1,k) outer products
         if x.ndim == 2:
@@ -92,6 +96,8 @@ class MatMul(Op):
 
     def backward(self, xp, xs, y, gy, attr, data):
         a, x = xs
+        if a.ndim == 2 and x.ndim == 2:
+            return [gy * x, (a * gy).sum(axis=1, keepdims=True)]
         if a.ndim == 2:
             return [(gy * x).sum(axis=2), (a[:, :, None] * gy).sum(axis=1, keepdims=True)]
         if x.ndim == 2:
