@@ -231,6 +231,20 @@ class Parameter:
     def grad_as_array(self) -> np.ndarray:
         return runtime.state().backend.to_host(self.grad).copy()
 
+    # DyNet 2's parameters answer as their expressions do
+    def gradient(self) -> np.ndarray:
+        """The accumulated gradient (grad_as_array)."""
+        return self.grad_as_array()
+
+    def scalar_value(self, recalculate: bool = False) -> float:
+        return self._e().scalar_value(recalculate)
+
+    def vec_value(self, recalculate: bool = False) -> list:
+        return self._e().vec_value(recalculate)
+
+    def tensor_value(self, recalculate: bool = False) -> np.ndarray:
+        return self.as_array()
+
     def set_value(self, arr) -> None:
         """Copy ``arr`` (NumPy, CuPy or a nested list of the parameter's exact shape) into the value."""
         arr = _host_or_device(arr)
@@ -332,6 +346,14 @@ class LookupParameter(Parameter):
 
     def row_grad_as_array(self, i: int) -> np.ndarray:
         return runtime.state().backend.to_host(self.grad[self._row(i)]).copy()
+
+    def rows_grad_as_array(self, rows) -> np.ndarray:
+        return np.stack([self.row_grad_as_array(i) for i in rows])
+
+    def batch(self, rows):
+        """DyNet's minibatch lookup: see lookup_batch."""
+        from .api_random import lookup_batch
+        return lookup_batch(self, rows)
 
     def zero_grad(self) -> None:
         super().zero_grad()
@@ -697,6 +719,12 @@ def _read_meta(basename: str):
     except (ValueError, OSError) as e:
         raise ValueError(f"load: {basename}.data is not readable ({e})") from None
     return meta["objects"], arrays
+
+
+def load_generator(basename: str, model: ParameterCollection):
+    """``load`` as a generator (DyNet's name). All objects are checked and created before
+    the first is yielded, so that an error still leaves model as it was."""
+    yield from load(basename, model)
 
 
 def load(basename: str, model: ParameterCollection) -> list:

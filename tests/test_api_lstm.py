@@ -2,11 +2,7 @@
 (gate order i, f, o, g, the forget gate's +1, masks on the inputs), gradients equal central
 differences, instances batch, bad input names the function; and, where DyNet is installed,
 the same values and gradients as DyNet's for equal parameter values."""
-import importlib.util
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -17,12 +13,10 @@ from autobatch.api_lstm import (vanilla_lstm_c, vanilla_lstm_gates, vanilla_lstm
                                 vanilla_lstm_gates_dropout, vanilla_lstm_gates_dropout_concat,
                                 vanilla_lstm_h)
 from autobatch.errors import GraphError
+from builder_kit import sig
+from check_kit import assert_batching_agrees, check_param_grads, needs_dynet, run_dynet, value_grads_stats
 
 I, H = 3, 2
-
-
-def sig(z):
-    return 1 / (1 + np.exp(-z))
 
 
 def ref_gates(Wx, Wh, b, x, h):
@@ -118,19 +112,7 @@ def test_gradients_match_central_differences(f64):
     def loss():
         dy.renew_cg()
         return _chain_loss(P, v, [dy.parameter(xp), dy.tanh(dy.parameter(xp))])
-    loss().backward()
-    for p in list(P.values()) + [xp]:
-        g, w = p.grad_as_array().reshape(-1), p.as_array()
-        assert np.abs(g).max() > 0
-        for k in range(w.size):
-            e = np.zeros(w.size)
-            e[k] = 1e-6
-            p.set_value((w.reshape(-1) + e).reshape(w.shape))
-            up = loss().scalar_value()
-            p.set_value((w.reshape(-1) - e).reshape(w.shape))
-            down = loss().scalar_value()
-            p.set_value(w)
-            assert g[k] == pytest.approx((up - down) / 2e-6, rel=1e-6, abs=1e-9)
+    check_param_grads(loss, list(P.values()) + [xp], rtol=1e-6, atol=1e-9)
 
 
 def test_masks_get_no_gradient_as_in_dynet(f64):
@@ -163,19 +145,11 @@ def _batched(strategy):
     rng = np.random.default_rng(8)
     dy.renew_cg(autobatching=strategy)
     losses = [_chain_loss(P, v, [dy.inputVector(rng.normal(size=I)) for _ in range(3)]) for _ in range(4)]
-    loss = dy.esum(losses)
-    val = loss.scalar_value()
-    loss.backward()
-    return val, [p.grad_as_array() for p in P.values()], dy.stats()
+    return value_grads_stats(dy.esum(losses), P.values())
 
 
 def test_instances_batch(f64):
-    v0, g0, s0 = _batched("none")
-    v1, g1, s1 = _batched("agenda")
-    assert v1 == pytest.approx(v0, rel=1e-12)
-    for a, b in zip(g0, g1):
-        np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-13)
-    assert s1["forward_batches"] < s0["forward_batches"] / 2
+    assert_batching_agrees(_batched, rtol=1e-10, atol=1e-13)
 
 
 def test_bad_input_names_the_function():
@@ -227,18 +201,6 @@ loss.backward()
 out.update({k: P[k].grad_as_array().tolist() for k in P})
 print("RESULT" + json.dumps(out))
 """
-
-
-def run_dynet(script, inp):
-    env = dict(os.environ, PYTHONPATH="")
-    r = subprocess.run([sys.executable, "-c", script], input=inp, capture_output=True, text=True, timeout=120,
-                       env=env, cwd="/")
-    assert r.returncode == 0, r.stderr[-2000:]
-    line = [s for s in r.stdout.splitlines() if s.startswith("RESULT")][-1]
-    return json.loads(line[len("RESULT"):])
-
-
-needs_dynet = pytest.mark.skipif(importlib.util.find_spec("dynet") is None, reason="DyNet is not installed")
 
 
 @needs_dynet

@@ -11,6 +11,7 @@ import pytest
 
 import autobatch as dy
 from autobatch import GraphError
+from check_kit import check_instances, uniform_inputs
 
 STRATS = ("none", "depth", "agenda")
 R, POS = (-2.0, 2.0), (0.2, 2.0)
@@ -120,23 +121,11 @@ CASES = {
 }
 
 
-def _inputs(specs, k):
-    rng = np.random.default_rng(200 + k)
-    return [rng.uniform(lo, hi, shape) for shape, (lo, hi) in specs]
-
-
 @pytest.mark.parametrize("strategy", STRATS)
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_value(name, strategy, backend, f64):
     specs, build, ref = CASES[name]
-    dy.renew_cg(strategy)
-    ins = [_inputs(specs, k) for k in range(3)]
-    outs = [build(*[dy.inputTensor(a) for a in arrs]) for arrs in ins]
-    for out, arrs in zip(outs, ins):
-        want = np.asarray(ref(*arrs), dtype=np.float64)
-        got = out.npvalue()
-        assert got.shape == out.dim()[0] == want.shape, name
-        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12, err_msg=name)
+    check_instances(build, ref, [uniform_inputs(specs, 200 + k) for k in range(3)], strategy, 1e-9, 1e-12, name)
 
 
 def test_shapes_follow_dynet():

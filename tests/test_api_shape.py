@@ -7,6 +7,7 @@ import pytest
 import autobatch as dy
 from autobatch.errors import GraphError
 from autobatch.ops import OPS
+from check_kit import check_instances
 
 STRATS = ("none", "depth", "agenda")
 rng = np.random.default_rng(2024)
@@ -148,13 +149,7 @@ def _inputs(specs):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_values(name, strategy, f64):
     specs, build, ref = CASES[name]
-    dy.renew_cg(strategy)
-    data = [_inputs(specs) for _ in range(3)]
-    outs = [build(*[dy.inputTensor(a) for a in arrs]) for arrs in data]
-    for out, arrs in zip(outs, data):
-        want = np.asarray(ref(*arrs), dtype=float)
-        assert out.dim()[0] == want.shape, name
-        np.testing.assert_allclose(out.npvalue(), want, rtol=1e-10, atol=1e-10, err_msg=name)
+    check_instances(build, ref, [_inputs(specs) for _ in range(3)], strategy, 1e-10, 1e-10, name)
 
 
 def test_values_float32():

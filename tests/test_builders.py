@@ -6,11 +6,9 @@ import pytest
 
 import autobatch as dy
 from autobatch.errors import GraphError
+from builder_kit import last_output, random_weights, ref_rnn, sequence_loss, sig, vecs
+from check_kit import assert_batching_agrees, check_param_grads
 from conftest import to_np
-
-
-def sig(x):
-    return 1 / (1 + np.exp(-x))
 
 
 def ref_lstm(weights, xs, h0=None, c0=None):
@@ -29,18 +27,6 @@ def ref_lstm(weights, xs, h0=None, c0=None):
             x = hs[l]
         outs.append(x)
     return outs, hs, cs
-
-
-def ref_rnn(weights, xs, h0=None):
-    L = len(weights)
-    hs = list(h0) if h0 is not None else [np.zeros(weights[0][1].shape[0])] * L
-    outs = []
-    for x in xs:
-        for l, (Wx, Wh, b) in enumerate(weights):
-            hs[l] = np.tanh(b + Wx @ x + Wh @ hs[l])
-            x = hs[l]
-        outs.append(x)
-    return outs
 
 
 def ref_gru(weights, xs, h0=None):
@@ -62,23 +48,6 @@ def ref_gru(weights, xs, h0=None):
 BUILDERS = {"lstm": dy.VanillaLSTMBuilder, "rnn": dy.SimpleRNNBuilder, "gru": dy.GRUBuilder}
 
 
-def random_weights(builder, rng):
-    """Give every parameter random values (biases too) via set_value; returns them per layer."""
-    out = []
-    for layer in builder.get_parameters():
-        ws = []
-        for p in layer:
-            w = rng.normal(0, 0.5, p.shape())
-            p.set_value(w)
-            ws.append(w)
-        out.append(ws)
-    return out
-
-
-def seqs(rng, lengths, d):
-    return [[rng.normal(size=d) for _ in range(n)] for n in lengths]
-
-
 @pytest.mark.parametrize("kind", ["lstm", "rnn", "gru"])
 @pytest.mark.parametrize("layers", [1, 2])
 def test_matches_numpy_reference(kind, layers, f64):
@@ -86,7 +55,7 @@ def test_matches_numpy_reference(kind, layers, f64):
     m = dy.ParameterCollection()
     b = BUILDERS[kind](layers, 3, 5, m)
     ws = random_weights(b, rng)
-    xs = seqs(rng, [4], 3)[0]
+    xs = vecs(rng, 4, 3)
     dy.renew_cg()
     outs = b.initial_state().transduce([dy.inputVector(x) for x in xs])
     ref = {"lstm": lambda: ref_lstm(ws, xs)[0], "rnn": lambda: ref_rnn(ws, xs), "gru": lambda: ref_gru(ws, xs)}[kind]()
@@ -100,9 +69,9 @@ def test_lstm_initial_vectors_match_reference(f64):
     m = dy.ParameterCollection()
     b = dy.VanillaLSTMBuilder(2, 3, 4, m)
     ws = random_weights(b, rng)
-    c0 = [rng.normal(size=4) for _ in range(2)]
-    h0 = [rng.normal(size=4) for _ in range(2)]
-    xs = seqs(rng, [3], 3)[0]
+    c0 = vecs(rng, 2, 4)
+    h0 = vecs(rng, 2, 4)
+    xs = vecs(rng, 3, 3)
     dy.renew_cg()
     s = b.initial_state([dy.inputVector(v) for v in c0 + h0])
     np.testing.assert_allclose(s.output().npvalue(), h0[1])
@@ -122,8 +91,8 @@ def test_initial_vectors_match_reference(kind, f64):
     m = dy.ParameterCollection()
     b = BUILDERS[kind](2, 3, 4, m)
     ws = random_weights(b, rng)
-    h0 = [rng.normal(size=4) for _ in range(2)]
-    xs = seqs(rng, [3], 3)[0]
+    h0 = vecs(rng, 2, 4)
+    xs = vecs(rng, 3, 3)
     dy.renew_cg()
     outs = b.initial_state_from_raw_vectors(h0).transduce([dy.inputVector(x) for x in xs])
     ref = ref_rnn(ws, xs, h0) if kind == "rnn" else ref_gru(ws, xs, h0)
@@ -136,7 +105,7 @@ def test_transduce_equals_repeated_add_input(kind):
     rng = np.random.default_rng(3)
     m = dy.ParameterCollection()
     b = BUILDERS[kind](2, 3, 4, m)
-    xs = seqs(rng, [5], 3)[0]
+    xs = vecs(rng, 5, 3)
     dy.renew_cg()
     t = b.initial_state().transduce([dy.inputVector(x) for x in xs])
     s = b.initial_state()
@@ -219,8 +188,7 @@ def test_dropout_on_off(kind):
     xs = [np.linspace(-1, 1, 6) * k for k in range(1, 4)]
 
     def run():
-        dy.renew_cg()
-        return b.initial_state().transduce([dy.inputVector(x) for x in xs])[-1].npvalue()
+        return last_output(b, xs).npvalue()
     base = run()
     b.set_dropout(0.5)
     assert not np.allclose(run(), base)
@@ -243,7 +211,7 @@ def test_lstm_dropout_masks_fixed_along_sequence(f64):
     Wh[...] = 0
     b.get_parameters()[0][1].set_value(Wh)
     b.set_dropout(0.5, 0.0)
-    xs = [rng.normal(size=4) for _ in range(6)]
+    xs = vecs(rng, 6, 4)
     dy.renew_cg()
     runs = [b.initial_state().transduce([dy.inputVector(x), dy.inputVector(x)]) for x in xs]
     masks_found = []
@@ -259,36 +227,11 @@ def test_lstm_dropout_masks_fixed_along_sequence(f64):
     assert len(set(masks_found)) > 1      # but each sequence draws its own mask
 
 
-def _loss_and_grads(kind, strategy, lengths, layers=2):
-    rng = np.random.default_rng(5)
-    dy.reset_random_seed(7)
-    m = dy.ParameterCollection()
-    b = BUILDERS[kind](layers, 3, 4, m)
-    E = m.add_lookup_parameters((10, 3))
-    V = m.add_parameters((5, 4))
-    data = [([int(t) for t in rng.integers(0, 10, n)], int(rng.integers(0, 5))) for n in lengths]
-    dy.renew_cg(autobatching=strategy)
-    losses = []
-    for toks, y in data:
-        out = b.initial_state().transduce([E[t] for t in toks])[-1]
-        losses.append(dy.pickneglogsoftmax(V * out, y))
-    loss = dy.esum(losses)
-    val = loss.scalar_value()
-    loss.backward()
-    grads = [p.grad_as_array() for p in m.parameters_list() + m.lookup_parameters_list()]
-    return val, grads, dy.stats()["forward_batches"]
-
-
 @pytest.mark.parametrize("kind", ["lstm", "rnn", "gru"])
 def test_batches_across_sequences(kind, f64):
-    lengths = [3, 5, 2, 5, 4]
-    v0, g0, nb0 = _loss_and_grads(kind, "none", lengths)
-    v1, g1, nb1 = _loss_and_grads(kind, "agenda", lengths)
-    assert v1 == pytest.approx(v0, rel=1e-12)
-    for a, c in zip(g0, g1):
-        np.testing.assert_allclose(c, a, rtol=1e-9, atol=1e-12)
     # the longest sequence bounds the steps: far fewer batches than nodes run unbatched
-    assert nb1 < nb0 / 2
+    assert_batching_agrees(lambda strategy: sequence_loss(lambda m: BUILDERS[kind](2, 3, 4, m), strategy,
+                                                          [3, 5, 2, 5, 4], seed=5))
 
 
 def test_lstm_gradient_matches_finite_differences(f64):
@@ -296,27 +239,8 @@ def test_lstm_gradient_matches_finite_differences(f64):
     m = dy.ParameterCollection()
     b = dy.VanillaLSTMBuilder(2, 3, 4, m)
     random_weights(b, rng)
-    xs = seqs(rng, [3], 3)[0]
-
-    def loss():
-        dy.renew_cg()
-        return dy.sum_elems(b.initial_state().transduce([dy.inputVector(x) for x in xs])[-1])
-    for p in m.parameters_list():
-        p.zero_grad()
-    loss().backward()
-    for p in m.parameters_list():
-        g = p.grad_as_array().reshape(-1)
-        v = p.as_array()
-        flat = v.reshape(-1)
-        for k in rng.choice(flat.size, 3, replace=False):
-            e = np.zeros_like(flat)
-            e[k] = 1e-6
-            p.set_value((flat + e).reshape(v.shape))
-            up = loss().scalar_value()
-            p.set_value((flat - e).reshape(v.shape))
-            down = loss().scalar_value()
-            p.set_value(v)
-            assert g[k] == pytest.approx((up - down) / 2e-6, rel=1e-5, abs=1e-8)
+    xs = vecs(rng, 3, 3)
+    check_param_grads(lambda: dy.sum_elems(last_output(b, xs)), m.parameters_list(), rng, 3)
 
 
 def test_builder_on_backend(backend):
@@ -325,7 +249,6 @@ def test_builder_on_backend(backend):
     m = dy.ParameterCollection()
     b = dy.VanillaLSTMBuilder(1, 3, 4, m)
     ws = random_weights(b, rng)
-    xs = seqs(rng, [3], 3)[0]
-    dy.renew_cg()
-    out = b.initial_state().transduce([dy.inputVector(x) for x in xs])[-1]
+    xs = vecs(rng, 3, 3)
+    out = last_output(b, xs)
     np.testing.assert_allclose(to_np(out.npvalue()), ref_lstm(ws, xs)[0][-1], rtol=1e-4, atol=1e-5)

@@ -1,12 +1,9 @@
 """DyNet's other builders (autobatch/builders_more.py): values equal hand-written NumPy
 references for given weights, parameter layout and names as DyNet 2.1's, dropout per
 sequence, batching across sequences, and BiRNNBuilder / StandardSoftmaxBuilder."""
-import importlib.util
 import itertools
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,10 +12,8 @@ import autobatch as dy
 from autobatch.builders_more import (BiRNNBuilder, CompactVanillaLSTMBuilder, CoupledLSTMBuilder,
                                      FastLSTMBuilder, StandardSoftmaxBuilder)
 from autobatch.errors import GraphError
-
-
-def sig(x):
-    return 1 / (1 + np.exp(-x))
+from builder_kit import last_output, random_weights, ref_rnn, sequence_loss, sig, vecs
+from check_kit import assert_batching_agrees, check_param_grads, needs_dynet, run_dynet, value_grads_stats
 
 
 def ref_coupled(weights, xs, s0=None, peep=True, mx=None, mh=None, mc=None):
@@ -47,22 +42,6 @@ def ref_coupled(weights, xs, s0=None, peep=True, mx=None, mh=None, mc=None):
             x = hs[l]
         outs.append(x)
     return outs, cs + hs
-
-
-def random_weights(builder, rng):
-    out = []
-    for layer in builder.get_parameters():
-        ws = []
-        for p in layer:
-            w = rng.normal(0, 0.5, p.shape())
-            p.set_value(w)
-            ws.append(w)
-        out.append(ws)
-    return out
-
-
-def vecs(rng, n, d):
-    return [rng.normal(size=d) for _ in range(n)]
 
 
 @pytest.mark.parametrize("cls,peep", [(CoupledLSTMBuilder, True), (FastLSTMBuilder, False)])
@@ -196,8 +175,7 @@ def test_coupled_dropout_switches(f64):
     xs = vecs(rng, 3, 6)
 
     def run():
-        dy.renew_cg()
-        return b.initial_state().transduce([dy.inputVector(x) for x in xs])[-1].npvalue()
+        return last_output(b, xs).npvalue()
     base = run()
     b.set_dropout(0.0, 0.0, 0.5)          # the cell mask alone changes the output
     assert not np.allclose(run(), base)
@@ -219,8 +197,7 @@ def test_fast_lstm_ignores_dropout_and_peepholes(f64):
     xs = vecs(rng, 3, 3)
 
     def run():
-        dy.renew_cg()
-        return dy.sum_elems(b.initial_state().transduce([dy.inputVector(x) for x in xs])[-1])
+        return dy.sum_elems(last_output(b, xs))
     base = run().npvalue()
     b.set_dropout(0.5)
     np.testing.assert_array_equal(run().npvalue(), base)
@@ -237,8 +214,7 @@ def test_compact_weight_noise(f64):
     xs = vecs(rng, 3, 3)
 
     def run():
-        dy.renew_cg()
-        return b.initial_state().transduce([dy.inputVector(x) for x in xs])[-1].npvalue()
+        return last_output(b, xs).npvalue()
     base = run()
     b.set_weightnoise(0.3)
     noisy = run()
@@ -253,30 +229,10 @@ def test_compact_weight_noise(f64):
         b.set_weightnoise(-1)
 
 
-def _loss_and_grads(cls, strategy):
-    rng = np.random.default_rng(17)
-    dy.reset_random_seed(7)
-    m = dy.ParameterCollection()
-    b = cls(2, 3, 4, m)
-    E = m.add_lookup_parameters((10, 3))
-    V = m.add_parameters((5, 4))
-    data = [([int(t) for t in rng.integers(0, 10, n)], int(rng.integers(0, 5))) for n in [3, 5, 2, 5, 4]]
-    dy.renew_cg(autobatching=strategy)
-    loss = dy.esum([dy.pickneglogsoftmax(V * b.initial_state().transduce([E[t] for t in toks])[-1], y)
-                    for toks, y in data])
-    val = loss.scalar_value()
-    loss.backward()
-    return val, [p.grad_as_array() for p in m.parameters_list() + m.lookup_parameters_list()], dy.stats()
-
-
 @pytest.mark.parametrize("cls", [CoupledLSTMBuilder, FastLSTMBuilder, CompactVanillaLSTMBuilder])
 def test_batches_across_sequences(cls, f64):
-    v0, g0, s0 = _loss_and_grads(cls, "none")
-    v1, g1, s1 = _loss_and_grads(cls, "agenda")
-    assert v1 == pytest.approx(v0, rel=1e-12)
-    for a, c in zip(g0, g1):
-        np.testing.assert_allclose(c, a, rtol=1e-9, atol=1e-12)
-    assert s1["forward_batches"] < s0["forward_batches"] / 2
+    assert_batching_agrees(lambda strategy: sequence_loss(lambda m: cls(2, 3, 4, m), strategy,
+                                                          [3, 5, 2, 5, 4], seed=17))
 
 
 def test_coupled_gradient_matches_finite_differences(f64):
@@ -285,24 +241,7 @@ def test_coupled_gradient_matches_finite_differences(f64):
     b = CoupledLSTMBuilder(2, 3, 2, m)
     random_weights(b, rng)
     xs = vecs(rng, 3, 3)
-
-    def loss():
-        dy.renew_cg()
-        return dy.sum_elems(b.initial_state().transduce([dy.inputVector(x) for x in xs])[-1])
-    loss().backward()
-    for p in m.parameters_list():
-        g = p.grad_as_array().reshape(-1)
-        v = p.as_array()
-        flat = v.reshape(-1)
-        for k in rng.choice(flat.size, 2, replace=False):
-            e = np.zeros_like(flat)
-            e[k] = 1e-6
-            p.set_value((flat + e).reshape(v.shape))
-            up = loss().scalar_value()
-            p.set_value((flat - e).reshape(v.shape))
-            down = loss().scalar_value()
-            p.set_value(v)
-            assert g[k] == pytest.approx((up - down) / 2e-6, rel=1e-5, abs=1e-8)
+    check_param_grads(lambda: dy.sum_elems(last_output(b, xs)), m.parameters_list(), rng, 2)
 
 
 def test_from_spec_makes_the_same_structure():
@@ -315,20 +254,11 @@ def test_from_spec_makes_the_same_structure():
 
 
 # --- BiRNNBuilder ----------------------------------------------------------------------
-def ref_rnn(ws, xs):
-    Wx, Wh, b = ws
-    h, out = np.zeros(Wh.shape[0]), []
-    for x in xs:
-        h = np.tanh(b + Wx @ x + Wh @ h)
-        out.append(h)
-    return out
-
-
 def test_birnn_matches_numpy_reference(f64):
     rng = np.random.default_rng(20)
     m = dy.ParameterCollection()
     bi = BiRNNBuilder(2, 3, 4, m, dy.SimpleRNNBuilder)
-    ws = [[random_weights(f, rng)[0], random_weights(b, rng)[0]] for f, b in bi.builder_layers]
+    ws = [[random_weights(f, rng), random_weights(b, rng)] for f, b in bi.builder_layers]
     xs = vecs(rng, 4, 3)
     es = xs
     for wf, wb in ws:
@@ -528,19 +458,7 @@ def test_class_factored_gradient_matches_central_differences(cluster_file, f64):
         x = dy.tanh(dy.parameter(xp))
         return dy.esum([sm.neg_log_softmax(x, i) for i in (0, 1, 4, 6, 8)]
                        + [dy.dot_product(sm.full_log_distribution(x), dy.inputVector(r))])
-    loss().backward()
-    for p in m.parameters_list():
-        g, w = p.grad_as_array().reshape(-1), p.as_array()
-        assert np.abs(g).max() > 0
-        for k in rng.choice(w.size, min(w.size, 3), replace=False):
-            e = np.zeros(w.size)
-            e[k] = 1e-6
-            p.set_value((w.reshape(-1) + e).reshape(w.shape))
-            up = loss().scalar_value()
-            p.set_value((w.reshape(-1) - e).reshape(w.shape))
-            down = loss().scalar_value()
-            p.set_value(w)
-            assert g[k] == pytest.approx((up - down) / 2e-6, rel=1e-5, abs=1e-8)
+    check_param_grads(loss, m.parameters_list(), rng, 3)
 
 
 def test_class_factored_batches_across_instances(cluster_file, f64):
@@ -553,15 +471,8 @@ def test_class_factored_batches_across_instances(cluster_file, f64):
         dy.renew_cg(autobatching=strategy)
         loss = dy.esum([sm.neg_log_softmax(dy.inputVector(rng.normal(size=3)), int(w))
                         for w in rng.integers(0, 7, 12)])
-        v = loss.scalar_value()
-        loss.backward()
-        return v, [p.grad_as_array() for p in m.parameters_list()], dy.stats()
-    v0, g0, s0 = run("none")
-    v1, g1, s1 = run("agenda")
-    assert v1 == pytest.approx(v0, rel=1e-12)
-    for a, b in zip(g0, g1):
-        np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-13)
-    assert s1["forward_batches"] < s0["forward_batches"] / 2
+        return value_grads_stats(loss, m.parameters_list())
+    assert_batching_agrees(run, rtol=1e-10, atol=1e-13)
 
 
 def test_class_factored_sample_follows_the_distribution(cluster_file):
@@ -646,7 +557,7 @@ def test_stacked_rnn_state_chains_its_states(f64):
     rng = np.random.default_rng(34)
     m = dy.ParameterCollection()
     b1, b2 = dy.SimpleRNNBuilder(1, 3, 4, m), dy.SimpleRNNBuilder(1, 4, 2, m)
-    w1, w2 = random_weights(b1, rng)[0], random_weights(b2, rng)[0]
+    w1, w2 = random_weights(b1, rng), random_weights(b2, rng)
     xs = vecs(rng, 3, 3)
     want = ref_rnn(w2, ref_rnn(w1, xs))
     dy.renew_cg()
@@ -692,7 +603,7 @@ print("RESULT" + json.dumps(out))
 """
 
 
-@pytest.mark.skipif(importlib.util.find_spec("dynet") is None, reason="DyNet is not installed")
+@needs_dynet
 @pytest.mark.parametrize("bias", [True, False])
 def test_class_factored_as_dynet(tmp_path, bias, f64):
     cluster_file = str(tmp_path / "clusters.txt")
@@ -707,10 +618,7 @@ def test_class_factored_as_dynet(tmp_path, bias, f64):
     xv, r, ids = rng.normal(size=3), rng.normal(size=9), [0, 1, 3, 4, 6, 7, 8]
     inp = json.dumps({"file": cluster_file, "wd": GAPS, "bias": bias, "ws": [w.tolist() for w in ws],
                       "x": xv.tolist(), "r": r.tolist(), "ids": ids})
-    p = subprocess.run([sys.executable, "-c", _DYNET_CFSM], input=inp, capture_output=True, text=True,
-                       timeout=120, env=dict(os.environ, PYTHONPATH=""), cwd="/")
-    assert p.returncode == 0, p.stderr[-2000:]
-    want = json.loads([s for s in p.stdout.splitlines() if s.startswith("RESULT")][-1][6:])
+    want = run_dynet(_DYNET_CFSM, inp)
     assert want["names"] == [n for n, _ in _names(m)]
     xp = m.add_parameters((3,))
     xp.set_value(xv)

@@ -190,3 +190,20 @@ def test_lists_and_names_follow_dynet_creation_order():
     assert pc.parameters_list()[0] is a and pc.parameters_list()[-1] is b and s1 in pc.parameters_list()
     assert (pc.name(), sub.name(), anon.name()) == ("/", "/enc/", "/_0/")
     assert pc.lookup_parameters_list() == [e] and w1.name() == "/W_1" and w.name() == "/W"
+
+
+def test_parameters_answer_as_their_expressions_do():
+    """DyNet 2 programs read a parameter like an expression: p.vec_value(), p.gradient()."""
+    pc = dy.ParameterCollection()
+    p = pc.add_parameters((3,), init=np.array([0.5, -1.0, 2.0]))
+    E = pc.add_lookup_parameters((4, 2), init=np.arange(8.0).reshape(4, 2))
+    dy.renew_cg()
+    assert p.vec_value() == [0.5, -1.0, 2.0]
+    np.testing.assert_array_equal(p.tensor_value(), [0.5, -1.0, 2.0])
+    q = pc.add_parameters((1,), init=np.array([3.0]))
+    assert q.scalar_value() == 3.0
+    (dy.sum_elems(dy.square(p)) + dy.sum_elems(E[1]) * 2 + dy.sum_elems(E[3])).backward()
+    np.testing.assert_allclose(p.gradient(), [1.0, -2.0, 4.0])
+    np.testing.assert_array_equal(E.rows_grad_as_array([3, 0, 1]), [[1, 1], [0, 0], [2, 2]])
+    with pytest.raises(NotImplementedError, match="lookup_batch"):
+        E.batch([0, 1])

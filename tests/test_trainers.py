@@ -7,6 +7,7 @@ import pytest
 import autobatch as dy
 from autobatch.errors import NonFiniteError
 from conftest import to_np
+from trainer_kit import check_updates_follow_reference, loss_on, ref_adam, small_model
 
 
 # --- NumPy references: (x, g, state, step t starting at 1) -> (x, state) ---------------
@@ -28,17 +29,6 @@ def ref_adagrad(lr, eps):
     return step
 
 
-def ref_adam(lr, b1, b2, eps):
-    """Adam as DyNet 2.1 writes it: the bias corrections folded into the rate, and eps
-    added to sqrt(v) itself (textbook Adam adds it to sqrt(v_hat), which differs for
-    large eps)."""
-    def step(x, g, st, t):
-        m = b1 * st.get("m", 0) + (1 - b1) * g
-        v = b2 * st.get("v", 0) + (1 - b2) * g * g
-        return x - lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t) * m / (np.sqrt(v) + eps), {"m": m, "v": v}
-    return step
-
-
 TRAINERS = {
     "sgd": (lambda m: dy.SimpleSGDTrainer(m, learning_rate=0.2), ref_sgd(0.2)),
     "momentum": (lambda m: dy.MomentumSGDTrainer(m, learning_rate=0.05, mom=0.8), ref_momentum(0.05, 0.8)),
@@ -47,46 +37,11 @@ TRAINERS = {
 }
 
 
-def small_model():
-    m = dy.ParameterCollection()
-    W = m.add_parameters((3, 4))
-    b = m.add_parameters(3)
-    E = m.add_lookup_parameters((6, 4))
-    return m, W, b, E
-
-
-def loss_on(W, b, E, rows, scale=1.0):
-    """A loss using dense W, b and rows of E; returns grads after backward (host copies)."""
-    dy.renew_cg()
-    terms = [dy.squared_norm(dy.tanh(W * E[r] + b) - dy.inputVector([0.3, -0.2, 0.5])) for r in rows]
-    (dy.esum(terms) * scale).backward()
-
-
 @pytest.mark.parametrize("clip", [False, True])
 @pytest.mark.parametrize("name", list(TRAINERS))
 def test_update_matches_numpy_reference(name, clip, backend, f64):
-    """Each rule against a textbook version; with clipping, on gradients scaled by
-    threshold/‖g‖ (the rules see that scale separately from the gradient)."""
-    make, ref = TRAINERS[name]
-    m, W, b, E = small_model()
-    tr = make(m)
-    tr.set_clip_threshold(0.05 if clip else -1)
-    tr.set_sparse_updates(False)     # dense: every row follows the rule, as the reference
-    xs = {p: p.as_array() for p in (W, b, E)}
-    st = {p: {} for p in (W, b, E)}
-    for t, rows in enumerate([[1, 3], [2, 3, 3], [0]], start=1):
-        loss_on(W, b, E, rows)
-        gs = {p: p.grad_as_array() for p in (W, b, E)}
-        if clip:
-            norm = np.sqrt(sum((g ** 2).sum() for g in gs.values()))
-            assert norm > 0.05
-            gs = {p: g * (0.05 / norm) for p, g in gs.items()}
-        tr.update()
-        for p in (W, b, E):
-            xs[p], st[p] = ref(xs[p], gs[p], st[p], t)
-            np.testing.assert_allclose(p.as_array(), xs[p], rtol=1e-10, atol=1e-12)
-            assert not p.grad_as_array().any()       # update() zeroes the gradients
-    assert tr.updates == 3
+    """Each rule against a textbook version, with and without clipping."""
+    check_updates_follow_reference(*TRAINERS[name], clip, [[1, 3], [2, 3, 3], [0]])
 
 
 @pytest.mark.parametrize("name", list(TRAINERS))

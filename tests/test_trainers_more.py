@@ -9,6 +9,7 @@ import pytest
 import autobatch as dy
 from autobatch.trainers import (AdadeltaTrainer, AdamTrainer, AmsgradTrainer, CyclicalSGDTrainer,
                                 RMSPropTrainer, SimpleSGDTrainer)
+from trainer_kit import check_updates_follow_reference, loss_on, ref_adam, small_model
 
 
 def ref_rmsprop(lr, eps, rho):
@@ -36,15 +37,6 @@ def ref_amsgrad(lr, b1, b2, eps):
     return step
 
 
-def ref_adam(lr, b1, b2, eps):
-    """DyNet 2.1's Adam: ε added to √v (not to the bias-corrected √v̂)."""
-    def step(x, g, st, t):
-        m = b1 * st.get("m", 0) + (1 - b1) * g
-        v = b2 * st.get("v", 0) + (1 - b2) * g * g
-        return x - lr * math.sqrt(1 - b2 ** t) / (1 - b1 ** t) * m / (np.sqrt(v) + eps), {"m": m, "v": v}
-    return step
-
-
 # a large ε makes where it is added visible
 TRAINERS = {
     "rmsprop": (lambda m: RMSPropTrainer(m, learning_rate=0.05, eps=0.01, rho=0.7), ref_rmsprop(0.05, 0.01, 0.7)),
@@ -55,43 +47,10 @@ TRAINERS = {
 }
 
 
-def small_model():
-    m = dy.ParameterCollection()
-    W = m.add_parameters((3, 4))
-    b = m.add_parameters(3)
-    E = m.add_lookup_parameters((6, 4))
-    return m, W, b, E
-
-
-def loss_on(W, b, E, rows, scale=1.0):
-    dy.renew_cg()
-    terms = [dy.squared_norm(dy.tanh(W * E[r] + b) - dy.inputVector([0.3, -0.2, 0.5])) for r in rows]
-    (dy.esum(terms) * scale).backward()
-
-
 @pytest.mark.parametrize("clip", [False, True])
 @pytest.mark.parametrize("name", list(TRAINERS))
 def test_update_matches_numpy_reference(name, clip, backend, f64):
-    make, ref = TRAINERS[name]
-    m, W, b, E = small_model()
-    tr = make(m)
-    tr.set_clip_threshold(0.05 if clip else -1)
-    tr.set_sparse_updates(False)
-    xs = {p: p.as_array() for p in (W, b, E)}
-    st = {p: {} for p in (W, b, E)}
-    for t, rows in enumerate([[1, 3], [2, 3, 3], [0], [4, 1]], start=1):
-        loss_on(W, b, E, rows)
-        gs = {p: p.grad_as_array() for p in (W, b, E)}
-        if clip:
-            norm = np.sqrt(sum((g ** 2).sum() for g in gs.values()))
-            assert norm > 0.05
-            gs = {p: g * (0.05 / norm) for p, g in gs.items()}
-        tr.update()
-        for p in (W, b, E):
-            xs[p], st[p] = ref(xs[p], gs[p], st[p], t)
-            np.testing.assert_allclose(p.as_array(), xs[p], rtol=1e-10, atol=1e-12)
-            assert not p.grad_as_array().any()
-    assert tr.updates == 4
+    check_updates_follow_reference(*TRAINERS[name], clip, [[1, 3], [2, 3, 3], [0], [4, 1]])
 
 
 @pytest.mark.parametrize("name", ["rmsprop", "adadelta", "amsgrad"])

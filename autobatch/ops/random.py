@@ -53,13 +53,8 @@ def _keep(u, p, dtype):
     return (u >= p).astype(dtype) * (1.0 / (1.0 - p))
 
 
-@register
-class Dropout(_Random):
-    """Inverted dropout with rate p (attr): kept units are scaled by 1/(1-p)."""
-    name = "dropout"
-
-    def _mask(self, xp, x, p, data):
-        return _keep(uniform(xp, data, x[0].size).reshape(x.shape), p, x.dtype)
+class _Masked(_Random):
+    """x times a mask drawn again in backward; subclasses define _mask(xp, x, attr, data)."""
 
     def forward(self, xp, xs, attr, data):
         return xs[0] * self._mask(xp, xs[0], attr, data)
@@ -69,7 +64,16 @@ class Dropout(_Random):
 
 
 @register
-class DropoutDim(_Random):
+class Dropout(_Masked):
+    """Inverted dropout with rate p (attr): kept units are scaled by 1/(1-p)."""
+    name = "dropout"
+
+    def _mask(self, xp, x, p, data):
+        return _keep(uniform(xp, data, x[0].size).reshape(x.shape), p, x.dtype)
+
+
+@register
+class DropoutDim(_Masked):
     """Dropout with one decision per slice along dimension d (attr = (p, d)): the mask has
     size 1 in dimension d, so d = 0 of a matrix drops whole columns and d = 1 whole rows."""
     name = "dropout_dim"
@@ -80,15 +84,9 @@ class DropoutDim(_Random):
         ms[d + 1] = 1                       # x is (B, *node_shape)
         return _keep(uniform(xp, data, prod(ms[1:])).reshape(ms), p, x.dtype)
 
-    def forward(self, xp, xs, attr, data):
-        return xs[0] * self._mask(xp, xs[0], attr, data)
-
-    def backward(self, xp, xs, y, gy, attr, data):
-        return [gy * self._mask(xp, xs[0], attr, data)]
-
 
 @register
-class BlockDropout(_Random):
+class BlockDropout(_Masked):
     """All of a node's values kept (scaled by 1/(1-p)) or all dropped, with probability p
     (attr); p = 1 drops every node."""
     name = "block_dropout"
@@ -96,12 +94,6 @@ class BlockDropout(_Random):
     def _mask(self, xp, x, p, data):
         u = uniform(xp, data, 1).reshape((x.shape[0],) + (1,) * (x.ndim - 1))
         return _keep(u, p, x.dtype) if p < 1 else xp.zeros(u.shape, dtype=x.dtype)
-
-    def forward(self, xp, xs, attr, data):
-        return xs[0] * self._mask(xp, xs[0], attr, data)
-
-    def backward(self, xp, xs, y, gy, attr, data):
-        return [gy * self._mask(xp, xs[0], attr, data)]
 
 
 @register

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from .base import Op, ShapeError, prod, register
+from .elementwise import _same
 
 _LN_EPS = 1e-8     # layer_norm divides by σ + 1e-8, as DyNet does (a constant input gives 0)
 
@@ -18,8 +19,9 @@ def _check_dims(name, s, dims):
             raise ShapeError(f"{name}: dimension {d} out of range for shape {s}")
 
 
-def _without(s, dims):
-    """Shape s with dims removed; (1,) when nothing is left, as in DyNet."""
+def _without(name, s, dims):
+    """Shape s with dims (checked) removed; (1,) when nothing is left, as in DyNet."""
+    _check_dims(name, s, dims)
     return tuple(n for k, n in enumerate(s) if k not in dims) or (1,)
 
 
@@ -49,8 +51,7 @@ class SumDim(Op):
     name = "sum_dim"
 
     def shape(self, shapes, attr):
-        _check_dims(self.name, shapes[0], attr)
-        return _without(shapes[0], attr)
+        return _without(self.name, shapes[0], attr)
 
     def forward(self, xp, xs, attr, data):
         x = xs[0]
@@ -69,10 +70,10 @@ class MomentDim(Op):
 
     def shape(self, shapes, attr):
         dims, r, n = attr
-        _check_dims(self.name, shapes[0], dims)
+        out = _without(self.name, shapes[0], dims)
         if r < 1:
             raise ShapeError(f"{self.name}: the order r must be at least 1, got {r}")
-        return _without(shapes[0], dims)
+        return out
 
     @staticmethod
     def _count(x, attr):
@@ -105,8 +106,7 @@ class StdDim(Op):
     name = "std_dim"
 
     def shape(self, shapes, attr):
-        _check_dims(self.name, shapes[0], attr)
-        return _without(shapes[0], attr)
+        return _without(self.name, shapes[0], attr)
 
     def forward(self, xp, xs, attr, data):
         _, s, _ = _centred_std(xp, xs[0], attr)
@@ -125,8 +125,7 @@ class MinDim(Op):
     name = "min_dim"
 
     def shape(self, shapes, attr):
-        _check_dims(self.name, shapes[0], (attr,))
-        return _without(shapes[0], (attr,))
+        return _without(self.name, shapes[0], (attr,))
 
     def forward(self, xp, xs, attr, data):
         x = xs[0]
@@ -146,11 +145,7 @@ class LogSumExp(Op):
     elementwise = True
 
     def shape(self, shapes, attr):
-        for s in shapes[1:]:
-            if s != shapes[0]:
-                raise ShapeError(f"{self.name}: all inputs must have the same shape, got "
-                                 + ", ".join(str(s) for s in shapes))
-        return shapes[0]
+        return _same(self.name, shapes)
 
     def forward(self, xp, xs, attr, data):
         m = xs[0]
@@ -171,8 +166,7 @@ class LogSumExpDim(Op):
     name = "logsumexp_dim"
 
     def shape(self, shapes, attr):
-        _check_dims(self.name, shapes[0], (attr,))
-        return _without(shapes[0], (attr,))
+        return _without(self.name, shapes[0], (attr,))
 
     def forward(self, xp, xs, attr, data):
         x, ax = xs[0], attr + 1

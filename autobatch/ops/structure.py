@@ -12,6 +12,14 @@ from __future__ import annotations
 from .base import Op, ProductGrad, ShapeError, prod, register
 
 
+def _register_stacked_and_shared(base, name, weight):
+    """Registers the op of class base twice: ``name`` takes every input stacked, and
+    ``name``_shared takes input ``weight`` shared."""
+    cls = base.__name__.lstrip("_")
+    register(type(cls, (base,), {"name": name}))
+    register(type(cls + "Shared", (base,), {"name": name + "_shared", "shared": (weight,)}))
+
+
 # --- selection ----------------------------------------------------------------------------
 @register
 class SelectCols(Op):
@@ -216,15 +224,7 @@ class _Contract3d1d(Op):
         return [gx, gv] + ([gy] if len(xs) == 3 else [])
 
 
-@register
-class Contract3d1d(_Contract3d1d):
-    name = "contract3d_1d"
-
-
-@register
-class Contract3d1dShared(_Contract3d1d):
-    name = "contract3d_1d_shared"
-    shared = (0,)
+_register_stacked_and_shared(_Contract3d1d, "contract3d_1d", 0)
 
 
 class _Contract3d1d1d(Op):
@@ -254,15 +254,7 @@ class _Contract3d1d1d(Op):
         return [gx, gv, gz] + ([gy] if len(xs) == 4 else [])
 
 
-@register
-class Contract3d1d1d(_Contract3d1d1d):
-    name = "contract3d_1d_1d"
-
-
-@register
-class Contract3d1d1dShared(_Contract3d1d1d):
-    name = "contract3d_1d_1d_shared"
-    shared = (0,)
+_register_stacked_and_shared(_Contract3d1d1d, "contract3d_1d_1d", 0)
 
 
 @register
@@ -449,15 +441,7 @@ class _Conv2D(Op):
         return [gx.reshape(xs[0].shape), gf] + ([g.sum(axis=1)] if len(xs) == 3 else [])
 
 
-@register
-class Conv2D(_Conv2D):
-    name = "conv2d"
-
-
-@register
-class Conv2DShared(_Conv2D):
-    name = "conv2d_shared"
-    shared = (1,)
+_register_stacked_and_shared(_Conv2D, "conv2d", 1)
 
 
 class _Filter1DNarrow(Op):
@@ -497,15 +481,7 @@ class _Filter1DNarrow(Op):
         return (d, w), f.reshape(lead + (d * w, m)), (1, x.shape[2] - w + 1)
 
 
-@register
-class Filter1DNarrow(_Filter1DNarrow):
-    name = "filter1d_narrow"
-
-
-@register
-class Filter1DNarrowShared(_Filter1DNarrow):
-    name = "filter1d_narrow_shared"
-    shared = (1,)
+_register_stacked_and_shared(_Filter1DNarrow, "filter1d_narrow", 1)
 
 
 @register
