@@ -356,6 +356,12 @@ class Executor:
             return p.grad
         if self.gbuf is None or i >= len(self.offs):
             return None
+        if any(type(b) is ViewBatch and i in b.ids for b in self.batches):
+            # its slot is its input's memory: what lies there is d(loss)/d(input), which
+            # also holds what the input's other consumers added
+            raise GraphError(f"gradient(): {self.g.describe(i)} is a view of its input's memory "
+                             "(a concatenation or slice of blocks that lay in place), which keeps no "
+                             f"gradient of its own [at {user_line()}]")
         o = self.offs[i]
         if o < 0 or o + self.g.sizes[i] > self.gtop:
             return None

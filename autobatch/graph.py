@@ -319,6 +319,10 @@ class ComputationGraph:
         self._faff = {k: v for k, v in self._faff.items() if v[0] < n and v[1] < n}
         self._recipes = {}
         self.where = {k: v for k, v in self.where.items() if k < n}
+        # signature keys that name dropped nodes (shared inputs, "alone" nodes): a new node
+        # that reuses the id must get a signature of its own op
+        self._sigtab = {k: v for k, v in self._sigtab.items()
+                        if type(k) is not tuple or not any(type(a) is int and a >= n for a in k[1:])}
 
     def version(self) -> int:
         """Which graph this is: a new number at every renew_cg()."""
@@ -387,6 +391,11 @@ class ComputationGraph:
             raise StaleExpressionError("this computation graph was renewed; its expressions can no longer be evaluated")
         if i >= self.exe.done and COOP.park is not None:
             COOP.park(self, i)  # inside batched_map: wait for the batched forward of all instances
+        for c in self._checkpoints:
+            if self.exe.done < c <= i:
+                # a forward ends at each checkpoint, so cg_revert drops the candidate's
+                # forward alone and the part built before the checkpoint keeps its values
+                self.exe.forward(c)
         self.exe.forward(i + 1)
 
     def backward_from(self, i: int, full: bool = False) -> None:
@@ -511,7 +520,9 @@ class Expression:
     def gradient(self):
         """d(loss)/d(this node) from the last backward() of its graph, as a NumPy array of
         this node's shape. Nodes that no parameter depends on (inputs, constants) get one
-        only from backward(full=True); before any backward, this is an error."""
+        only from backward(full=True); before any backward, this is an error. A parameter's
+        node answers with the parameter's gradient, summed over the backwards since the
+        last update (as in DyNet)."""
         self._check()
         g = self.cg
         gr = g.exe.gradient(self.i)

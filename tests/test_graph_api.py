@@ -197,3 +197,41 @@ def test_sparse_input_tensor():
         dy.sparse_inputTensor(([0, 1],), [5, 6], (2, 2))
     with pytest.raises(NotImplementedError, match="minibatch"):
         dy.sparse_inputTensor(([0],), [1], (2,), batched=True)
+
+
+@pytest.mark.parametrize("strategy", STRATS)
+def test_gradient_of_a_view_node_is_right_or_refused(strategy):
+    """A concatenation that lay in place has no gradient slot of its own (its slot is its
+    inputs' memory, which also collects their other consumers' gradients)."""
+    dy.renew_cg(strategy)
+    a, b = dy.inputVector([1.0, 2.0]), dy.inputVector([3.0, 4.0])
+    a2, b2 = a * 1, b * 1
+    c = dy.concatenate([a2, b2])
+    loss = dy.sum_elems(dy.cmult(a2, a2)) + dy.sum_elems(c)
+    loss.backward(full=True)
+    np.testing.assert_allclose(a2.gradient(), [3.0, 5.0])         # 2·a2 + 1
+    try:
+        got = c.gradient()
+    except dy.GraphError as e:
+        assert "view of its input's memory" in str(e)
+    else:
+        np.testing.assert_allclose(got, [1.0, 1.0, 1.0, 1.0])
+
+
+@pytest.mark.parametrize("strategy", STRATS)
+def test_revert_keeps_the_values_built_before_the_checkpoint(strategy):
+    """Candidates scored after a checkpoint on a prefix that was not computed yet: the
+    prefix is computed once, not again for every candidate."""
+    dy.renew_cg(strategy)
+    h = dy.inputVector([0.1, 0.2])
+    for _ in range(20):
+        h = dy.tanh(h)
+    n_prefix = dy.cg().node_count()
+    counts = []
+    for k in range(4):
+        dy.cg_checkpoint()
+        dy.exp(h + dy.constant(2, float(k))).value()
+        counts.append(dy.stats()["forward_nodes"])
+        dy.cg_revert()
+    assert counts[0] >= n_prefix
+    assert [b - a for a, b in zip(counts, counts[1:])] == [3, 3, 3]   # constant, add, exp
