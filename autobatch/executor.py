@@ -116,7 +116,7 @@ class Executor:
         if self.buf is None:
             self.buf = memory.take(self.xp, self.dtype, max(top + n, 1 << 16))
         elif top + n > self.buf.shape[0]:
-            new = memory.take(self.xp, self.buf.dtype, max(2 * self.buf.shape[0], top + n))
+            new = memory.take(self.xp, self.dtype, max(2 * self.buf.shape[0], top + n))
             new[:top] = self.buf[:top]
             # the old buffer is not given back to the pool: batch records still hold views of it
             self.buf = new
@@ -386,8 +386,9 @@ class Executor:
         if full:
             # DyNet's backward(full=True): gradients reach every node (inputs too, for
             # Expression.gradient()); parameters still get only the ones they need
-            ext = g.ext
-            needs = [needs[n] if n in ext else True for n in range(len(needs))]
+            needs = [True] * len(needs)
+            for n in g.ext:
+                needs[n] = g.needs[n]
         nb = 0
         self._products = {}
         for b in reversed(self.batches):

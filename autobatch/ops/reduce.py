@@ -97,21 +97,22 @@ class SquaredDistance(Op):
 class MaxDim(Op):
     """max over dimension d (attr); the gradient goes to the first argmax."""
     name = "max_dim"
+    extreme = "max"       # min_dim is this op with "min"
 
     def shape(self, shapes, attr):
         s = shapes[0]
         if not 0 <= attr < len(s):
-            raise ShapeError(f"max_dim: dimension {attr} out of range for shape {s}")
+            raise ShapeError(f"{self.name}: dimension {attr} out of range for shape {s}")
         out = s[:attr] + s[attr + 1:]
         return out or (1,)
 
     def forward(self, xp, xs, attr, data):
-        y = xs[0].max(axis=attr + 1)
+        y = getattr(xs[0], self.extreme)(axis=attr + 1)
         return y.reshape(y.shape[0], -1) if y.ndim == 1 else y
 
     def backward(self, xp, xs, y, gy, attr, data):
         x, ax = xs[0], attr + 1
-        idx = x.argmax(axis=ax)
+        idx = getattr(x, "arg" + self.extreme)(axis=ax)
         # one-hot of the argmax along ax (portable: no put_along_axis needed on CuPy)
         pos = xp.arange(x.shape[ax]).reshape((-1,) + (1,) * (x.ndim - ax - 1))
         hot = pos == xp.expand_dims(idx, ax)

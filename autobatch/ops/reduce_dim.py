@@ -9,6 +9,7 @@ import math
 
 from .base import Op, ShapeError, prod, register
 from .elementwise import _same
+from .reduce import MaxDim
 
 _LN_EPS = 1e-8     # layer_norm divides by σ + 1e-8, as DyNet does (a constant input gives 0)
 
@@ -120,22 +121,10 @@ class StdDim(Op):
 
 
 @register
-class MinDim(Op):
+class MinDim(type(MaxDim)):      # (register keeps instances under the class names)
     """Minimum over dimension attr; the gradient goes to the first argmin."""
     name = "min_dim"
-
-    def shape(self, shapes, attr):
-        return _without(self.name, shapes[0], (attr,))
-
-    def forward(self, xp, xs, attr, data):
-        x = xs[0]
-        return x.min(axis=attr + 1).reshape(x.shape[0], -1)
-
-    def backward(self, xp, xs, y, gy, attr, data):
-        x, ax = xs[0], attr + 1
-        idx = x.argmin(axis=ax)
-        hot = _one_hot(xp, idx, x.shape[ax], ax, x.ndim)
-        return [hot * xp.expand_dims(gy.reshape(idx.shape), ax)]
+    extreme = "min"
 
 
 @register
@@ -250,22 +239,15 @@ class LayerNorm(Op):
         _fits(self.name, "b", b, x)
         return x
 
-    @staticmethod
-    def _stats(xp, x):
-        ax = tuple(range(1, x.ndim))
-        d = x - x.mean(axis=ax, keepdims=True)
-        s = xp.sqrt((d * d).mean(axis=ax, keepdims=True))
-        return d, s, ax
-
     def forward(self, xp, xs, attr, data):
         x, g, b = xs
-        d, s, _ = self._stats(xp, x)
+        d, s, _ = _centred_std(xp, x, range(x.ndim - 1))
         return _pad(g, x.ndim) * (d / (s + _LN_EPS)) + _pad(b, x.ndim)
 
     def backward(self, xp, xs, y, gy, attr, data):
         x, g, b = xs
-        d, s, ax = self._stats(xp, x)
-        n = prod(x.shape[1:])
+        d, s, n = _centred_std(xp, x, range(x.ndim - 1))
+        ax = tuple(range(1, x.ndim))
         z = d / (s + _LN_EPS)
         gz = gy * _pad(g, x.ndim)
         # z = d / (σ + ε): d moves with x minus its mean, σ with d / (n σ)
