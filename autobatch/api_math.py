@@ -151,7 +151,9 @@ def _rounding(op, x, gradient_mode):
     if st is None:
         raise GraphError(f"{op.name}: gradient_mode must be 'zero_gradient' or "
                          f"'straight_through_gradient', got {gradient_mode!r} [at {user_line()}]")
-    return _op(op, x, attr=st)
+    # the zero-gradient forms are ops of their own that are not differentiable, so what
+    # depends on x only through them needs no gradient and its backward never runs
+    return _op1(op if st else OPS[op.name + "_zero"], x)
 
 
 def round(x, gradient_mode: str = "zero_gradient") -> Expression:  # noqa: A001

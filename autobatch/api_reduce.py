@@ -128,7 +128,8 @@ def argmax(x: Expression, gradient_mode: str = "zero_gradient") -> Expression:
     gradient to x unchanged (Bengio et al., 2013). DyNet has no default for the mode."""
     if gradient_mode not in ARGMAX_MODES:
         _fail("argmax", f"unknown gradient mode {gradient_mode!r}; use one of {', '.join(ARGMAX_MODES)}", x)
-    return _op(OPS["argmax"], x, attr=gradient_mode)
+    name = "argmax" if gradient_mode == "straight_through_gradient" else "argmax_zero"
+    return _op(OPS[name], x, attr=gradient_mode)
 
 
 # --- normalisations --------------------------------------------------------------------------

@@ -3,11 +3,13 @@
 The rounding and gradient-manipulation ops have analytic gradients that differ from the true
 derivative on purpose; their rows combine them so that the two agree again, and a wrong
 backward breaks the agreement. Per unit of d(u), (true, analytic) derivatives are:
-u (1, 1), nobackprop(u) (1, 0), scale_gradient(u, λ) (1, λ), round_st(u) (0, 1),
-round_zero(u) (0, 0). So round_st(u) + nobackprop(u) - u is (0, 0) and would be (0, -1)
-with a zero backward, or (0, 1) if nobackprop let the gradient through. Tests in
+u (1, 1), nobackprop(u) (1, 0), scale_gradient(u, λ) (1, λ), round(u, straight-through) (0, 1),
+round_zero(u) (0, 0). So round(u, straight-through) + nobackprop(u) - u is (0, 0) and would
+be (0, -1) with a zero backward, or (0, 1) if nobackprop let the gradient through. Tests in
 test_api_math.py check these gradients directly as well."""
 import autobatch as dy
+from autobatch.api import _op1
+from autobatch.ops import OPS
 from gradcheck_kit import red, unary, unary_pos
 
 _ST = "straight_through_gradient"
@@ -20,6 +22,19 @@ def _rounding(f):
         u = 3 * c.pos(k)
         return (red(dy.cmult(c.mix(k), f(u)), k) + red(f(2 * c.P.q), k)
                 + red(f(u, _ST) + dy.nobackprop(u) - u, k))
+    return row
+
+
+def _rounding_zero(name):
+    """The zero-gradient op (built directly: dy.round(x) reaches it once api_math picks it for
+    that mode) at non-integer points, in a product whose other factor still carries u's
+    gradient: it must stop only its own path."""
+    op = OPS[name + "_zero"]
+
+    def row(c, k):
+        u = 3 * c.pos(k)
+        return (red(dy.cmult(c.mix(k), _op1(op, u)), k) + red(_op1(op, 2 * c.P.q), k)
+                + red(dy.cmult(_op1(op, u), u), k))
     return row
 
 
@@ -59,6 +74,9 @@ ROWS = {
     "round": _rounding(dy.round),
     "ceil": _rounding(dy.ceil),
     "floor": _rounding(dy.floor),
+    "round_zero": _rounding_zero("round"),
+    "ceil_zero": _rounding_zero("ceil"),
+    "floor_zero": _rounding_zero("floor"),
     # (true, analytic): flip(u) + u - 2·nobackprop(u) is (0, 0) (with an identity backward: (0, 2));
     # scale_gradient(u, 2) + nobackprop(u) - u is (1, 1) (identity backward: (1, 0))
     "scale_gradient": lambda c, k: (red(dy.flip_gradient(c.mix(k)) + c.mix(k) - 2 * dy.nobackprop(c.mix(k)), k)

@@ -4,7 +4,12 @@ The inputs are smooth functions of the parameters with no ties (min_dim, argmax)
 element on the hinge's or sparsemax's kink and no zero difference (l1_distance) at the
 checked point; huber_distance is continuously differentiable, so its kink is harmless."""
 import autobatch as dy
+from autobatch.api import _op
+from autobatch.ops import OPS
 from gradcheck_kit import red
+
+_ST = "straight_through_gradient"
+_ARGMAX_ZERO = OPS["argmax_zero"]
 
 
 def _cube(c, k):
@@ -37,10 +42,16 @@ ROWS = {
                                    + dy.logsumexp_dim(c.h(k))),
     "cumsum": lambda c, k: (red(dy.cumsum(c.m(k), 0), k) + red(dy.cumsum(c.m(k), 1), k)
                             + red(dy.cumsum(c.h(k)), k) + red(dy.cumsum(_cube(c, k), 2), k)),
-    # zero_gradient: only the cmult's other factor carries a gradient (the straight-through
-    # mode is no derivative of anything, so its test is in test_api_reduce.py)
+    # zero_gradient: only the cmult's other factor carries a gradient. The straight-through
+    # mode is no derivative of anything; per unit of d(u), (true, analytic) derivatives of
+    # argmax_st(u) + nobackprop(u) - u are (0 + 1 - 1, 1 + 0 - 1) = (0, 0), (0, -1) if it
+    # stopped the gradient (test_api_reduce.py checks it directly as well)
     "argmax": lambda c, k: (red(dy.cmult(dy.argmax(c.h(k), "zero_gradient"), c.h(k)), k)
-                            + red(dy.cmult(dy.argmax(c.e(k)), c.h(k)), k)),
+                            + red(dy.cmult(dy.argmax(c.e(k)), c.h(k)), k)
+                            + red(dy.argmax(c.h(k), _ST) + dy.nobackprop(c.h(k)) - c.h(k), k)),
+    # the zero-gradient op built directly (dy.argmax reaches it once api_reduce picks it)
+    "argmax_zero": lambda c, k: (red(dy.cmult(_op(_ARGMAX_ZERO, c.h(k), attr="zero_gradient"), c.h(k)), k)
+                                 + red(dy.cmult(_op(_ARGMAX_ZERO, c.e(k), attr="zero_gradient"), c.e(k)), k)),
     "layer_norm": lambda c, k: (red(dy.layer_norm(c.h(k), c.P.q, c.P.b), k)
                                 + red(dy.layer_norm(c.m(k), c.e(k), c.h(k)), k)
                                 + red(dy.layer_norm(c.m(k), c.P.M, dy.cmult(c.P.M, c.P.M)), k)

@@ -9,6 +9,7 @@ import pytest
 
 import autobatch as dy
 from autobatch import api_math
+from autobatch.api import _op1
 from autobatch.errors import GraphError
 from autobatch.ops import OPS
 from autobatch.ops import unary_math as um
@@ -169,6 +170,46 @@ def test_rounding(name, ref, mode, backend):
     np.testing.assert_array_equal(g, w if mode == "straight_through_gradient" else 0 * w)
 
 
+def _zero_mode_graph(build):
+    """x = 3·tanh(p) (needs a gradient), y = build(x), loss = Σ w ⊙ y with a parameter w:
+    (graph, x, y, p's gradient, w's gradient) after backward."""
+    pc = dy.ParameterCollection()
+    p = pc.add_parameters(4, init=np.array([0.3, -0.4, 0.55, 0.1]))
+    w = pc.add_parameters(4, init=np.array([1.0, 2.0, -3.0, 4.0]))
+    dy.renew_cg()
+    x = 3 * dy.tanh(p)
+    y = build(x)
+    dy.sum_elems(dy.cmult(y, w)).backward()
+    return dy.cg(), x, y, p.grad_as_array(), w.grad_as_array()
+
+
+@pytest.mark.parametrize("name", ["round", "ceil", "floor"])
+def test_zero_gradient_op_is_not_differentiable(name, f64, monkeypatch):
+    """The zero-gradient op stops the gradient without a backward: its node needs none, so the
+    engine never calls it; the straight-through op still passes the gradient."""
+    def boom(*a):
+        raise AssertionError(f"{name}_zero's backward ran")
+    monkeypatch.setattr(type(OPS[name + "_zero"]), "backward", boom)
+    ref = getattr(np, "rint" if name == "round" else name)
+    x0 = 3 * np.tanh([0.3, -0.4, 0.55, 0.1])
+    g, x, y, gp, gw = _zero_mode_graph(lambda x: _op1(OPS[name + "_zero"], x))
+    assert g.needs[x.i] and not g.needs[y.i]
+    np.testing.assert_array_equal(gp, 0)
+    np.testing.assert_array_equal(gw, ref(x0))
+    g, x, y, gp, gw = _zero_mode_graph(lambda x: getattr(dy, name)(x, "straight_through_gradient"))
+    assert g.needs[y.i]
+    dx = 3 * (1 - np.tanh([0.3, -0.4, 0.55, 0.1]) ** 2)
+    np.testing.assert_allclose(gp, np.array([1.0, 2.0, -3.0, 4.0]) * dx, rtol=1e-14)
+
+
+@pytest.mark.parametrize("name", ["round", "ceil", "floor"])
+def test_zero_gradient_mode_uses_the_non_differentiable_op(name, f64):
+    for build in (getattr(dy, name), lambda x: getattr(dy, name)(x, "zero_gradient")):
+        g, x, y, gp, gw = _zero_mode_graph(build)
+        assert g.ops[y.i] is OPS[name + "_zero"] and not g.needs[y.i]
+        np.testing.assert_array_equal(gp, 0)
+
+
 # --- gradient manipulation -------------------------------------------------------------------
 @pytest.mark.parametrize("fn,scale", [(lambda e: dy.scale_gradient(e, 0.3), 0.3),
                                       (lambda e: dy.scale_gradient(e, lambd=-2), -2.0),
@@ -315,7 +356,7 @@ _C_ENV = {"sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos"
           "rint": np.rint, "ceil": np.ceil, "floor": np.floor}
 _NEW_OPS = ["sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erf",
             "lgamma", "cube", "log_sigmoid", "softsign", "selu", "silu", "bmin", "round", "ceil", "floor",
-            "scale_gradient", "nobackprop"]
+            "round_zero", "ceil_zero", "floor_zero", "scale_gradient", "nobackprop"]
 
 
 @pytest.mark.parametrize("name", _NEW_OPS)

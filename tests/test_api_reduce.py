@@ -11,9 +11,12 @@ import pytest
 
 import autobatch as dy
 from autobatch import GraphError
+from autobatch.api import _op
+from autobatch.ops import OPS
 from check_kit import check_instances, uniform_inputs
 
 STRATS = ("none", "depth", "agenda")
+_ST = "straight_through_gradient"
 R, POS = (-2.0, 2.0), (0.2, 2.0)
 
 
@@ -184,6 +187,37 @@ def test_argmax_gradient_modes(f64):
     np.testing.assert_array_equal(_grad(x, lambda p: dy.argmax(p, "straight_through_gradient")), w)
     # the zero mode stops only its own path
     np.testing.assert_array_equal(_grad(x, lambda p: dy.cmult(dy.argmax(p), p)), [0, 0, 3, 0])
+
+
+def test_argmax_zero_is_not_differentiable(f64, monkeypatch):
+    """argmax_zero stops the gradient without a backward: its node needs none, so the engine
+    never calls it; argmax (straight-through) still passes the gradient."""
+    def boom(*a):
+        raise AssertionError("argmax_zero's backward ran")
+    monkeypatch.setattr(type(OPS["argmax_zero"]), "backward", boom)
+    m = dy.ParameterCollection()
+    p = m.add_parameters(4, init=np.array([0.3, -1.2, 2.5, 0.7]))
+    w = m.add_parameters(4, init=np.array([1.0, 2.0, 3.0, 4.0]))
+    for op, want in ((OPS["argmax_zero"], np.zeros(4)), (OPS["argmax"], 2 * np.array([1.0, 2.0, 3.0, 4.0]))):
+        p.zero_grad()
+        w.zero_grad()
+        dy.renew_cg()
+        x = 2 * p
+        y = _op(op, x, attr="zero_gradient" if op is OPS["argmax_zero"] else _ST)
+        dy.sum_elems(dy.cmult(y, w)).backward()
+        g = dy.cg()
+        assert g.needs[x.i] and g.needs[y.i] == (op is OPS["argmax"])
+        np.testing.assert_array_equal(p.grad_as_array(), want)
+        np.testing.assert_array_equal(w.grad_as_array(), [0, 0, 1, 0])
+
+
+def test_argmax_zero_gradient_mode_uses_the_non_differentiable_op(f64):
+    m = dy.ParameterCollection()
+    p = m.add_parameters(4, init=np.array([0.3, -1.2, 2.5, 0.7]))
+    for build in (dy.argmax, lambda x: dy.argmax(x, "zero_gradient")):
+        dy.renew_cg()
+        y = build(2 * p)
+        assert dy.cg().ops[y.i] is OPS["argmax_zero"] and not dy.cg().needs[y.i]
 
 
 def test_first_minimum_takes_the_gradient(f64):

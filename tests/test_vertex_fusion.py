@@ -3,10 +3,15 @@ elementwise instructions are grouped as specified, the generated kernel body com
 ops compute (run through NumPy with the engine in its fused mode), and the CUDA source of a
 group's kernel compiles with NVRTC. On a GPU the same models run with real kernels
 (test_vertex.py's backend-parametrised tests)."""
+import re
+
 import numpy as np
 import pytest
 
 import autobatch as dy
+from autobatch.api import _op1
+from autobatch.ops import OPS
+from autobatch.ops.base import Op
 from autobatch.vertex import fuse
 
 from test_vertex import TreeLSTM, _close, _run, _tree_batch
@@ -139,3 +144,123 @@ def test_generated_kernels_compile_with_nvrtc(ctype):
                 pytest.fail(f"does not compile:\n{src}\n{nvrtc.getProgramLog(prog)}")
         finally:
             nvrtc.destroyProgram(prog)
+
+
+# --- every op with a C expression -------------------------------------------------------------
+_ST = "straight_through_gradient"
+
+
+def _zero(name):
+    """The zero-gradient rounding op, built directly (dy.round(x) reaches it once api_math picks
+    it for that mode)."""
+    return lambda x: _op1(OPS[name + "_zero"], x)
+
+
+# op name -> its use on u, v in (-0.5, 0.5) (of shape (3,)), inside each function's domain and
+# reaching the interesting ranges (erf's continued fraction past 2.5, lgamma's reflection below 0.5)
+ONE_OP = {
+    "tanh": lambda u, v: dy.tanh(3 * u), "logistic": lambda u, v: dy.logistic(3 * u),
+    "rectify": lambda u, v: dy.rectify(u), "exp": lambda u, v: dy.exp(u), "square": lambda u, v: dy.square(u),
+    "scale_shift": lambda u, v: 3 * u + 1, "add": lambda u, v: u + v, "sub": lambda u, v: u - v,
+    "cmult": lambda u, v: dy.cmult(u, v), "bmin": lambda u, v: dy.bmin(u, v),
+    "sin": lambda u, v: dy.sin(4 * u), "cos": lambda u, v: dy.cos(4 * u), "tan": lambda u, v: dy.tan(2 * u),
+    "asin": lambda u, v: dy.asin(u), "acos": lambda u, v: dy.acos(u), "atan": lambda u, v: dy.atan(4 * u),
+    "sinh": lambda u, v: dy.sinh(4 * u), "cosh": lambda u, v: dy.cosh(4 * u),
+    "asinh": lambda u, v: dy.asinh(4 * u), "acosh": lambda u, v: dy.acosh(u + 2), "atanh": lambda u, v: dy.atanh(u),
+    "erf": lambda u, v: dy.erf(7 * u), "lgamma": lambda u, v: dy.lgamma(u + 0.7),
+    "cube": lambda u, v: dy.cube(u), "log_sigmoid": lambda u, v: dy.log_sigmoid(8 * u),
+    "softsign": lambda u, v: dy.softsign(4 * u), "selu": lambda u, v: dy.selu(4 * u),
+    "silu": lambda u, v: dy.silu(4 * u, 1.7),
+    "round": lambda u, v: dy.round(6 * u, _ST), "ceil": lambda u, v: dy.ceil(6 * u, _ST),
+    "floor": lambda u, v: dy.floor(6 * u, _ST),
+    "round_zero": lambda u, v: _zero("round")(6 * u), "ceil_zero": lambda u, v: _zero("ceil")(6 * u),
+    "floor_zero": lambda u, v: _zero("floor")(6 * u),
+    "scale_gradient": lambda u, v: dy.scale_gradient(u, 0.3), "nobackprop": lambda u, v: dy.nobackprop(u),
+}
+
+
+def _one_op_model(use):
+    """A vertex function whose front phase is one run of fusable ops with use(u, v) inside it."""
+    pc = dy.ParameterCollection()
+    W, b, c = pc.add_parameters((3, 3)), pc.add_parameters(3), pc.add_parameters(3)
+
+    @dy.vertex_function(max_children=1)
+    def f(v):
+        x = v.pull("x")
+        pre = W * x if v.is_leaf else W * v.gather(0) + x
+        p, q = 0.5 * dy.tanh(pre + b), 0.5 * dy.tanh(pre - c)
+        y = dy.cmult(use(p, q), q) + p
+        v.scatter(dy.tanh(y))
+        v.push("loss", dy.sum_elems(y))
+    return pc, f
+
+
+def test_every_op_with_a_c_expr_has_a_case():
+    """A new fusable op must get a case below (and emulate() its C functions)."""
+    assert sorted(ONE_OP) == sorted(n for n, op in OPS.items() if type(op).c_expr is not Op.c_expr)
+
+
+def _fused_groups(f):
+    return [(t, g) for t in f.last_run.traces for g in fuse.plan(t)[0].values()]
+
+
+@pytest.mark.parametrize("name", sorted(ONE_OP))
+def test_each_c_expr_op_fused_matches_unfused(f64, emulated, name):
+    """The op runs inside a fused group, whose generated body (run through emulate with the C
+    functions it names, every one known to emulate) gives the unfused NumPy values and gradients."""
+    pc, f = _one_op_model(ONE_OP[name])
+    gs = [dy.InputGraph.chain(3), dy.InputGraph([[]]), dy.InputGraph.chain(2)]
+    xs = [np.random.default_rng(7).normal(size=(g.n, 3)) for g in gs]
+
+    def build():
+        return dy.sum_elems(f(gs, x=xs)["loss"])
+    fused = _run(pc, build)
+    groups = _fused_groups(f)
+    assert any(t.src[s][1] is OPS[name] for t, g in groups for s in g.members), f"{name} was not fused"
+    assert len(emulated) >= len(groups)
+    called = {c for _, g in groups for c in re.findall(r"\b([A-Za-z_]\w*)\s*\(", g.body)}
+    assert called <= set(fuse.C_FUNCTIONS), f"emulate() lacks {sorted(called - set(fuse.C_FUNCTIONS))}"
+    fuse.ENABLED = False
+    try:
+        emulated.clear()
+        plain = _run(pc, build)
+        assert not emulated
+    finally:
+        fuse.ENABLED = True
+    _close(fused, plain, 1e-12)
+    assert np.abs(fused[1][0]).sum() > 0
+
+
+def test_emulate_hides_python_builtins():
+    """A C function emulate() does not know fails, even where Python has one of that name."""
+    g = fuse.Group((0,), (0,), "T v0 = round(x0); y0 = v0;")
+    with pytest.raises(NameError, match="round"):
+        fuse.emulate(g, [np.array([0.4])], [np.empty(1)])
+
+
+@pytest.mark.parametrize("ctype", ["float", "double"])
+def test_each_c_expr_op_compiles_with_nvrtc(ctype):
+    """Every op's C expression (its C functions exist for float and double) in one program."""
+    try:
+        from cupy.cuda import nvrtc
+        nvrtc.getVersion()
+    except Exception as e:
+        pytest.skip(f"NVRTC is not available ({type(e).__name__})")
+    src = []
+    for k, name in enumerate(sorted(ONE_OP)):
+        pc, f = _one_op_model(ONE_OP[name])
+        gs = [dy.InputGraph.chain(2)]
+        dy.renew_cg()
+        f(gs, x=[np.ones((2, 3))])["loss"].value()
+        for j, (_, g) in enumerate(_fused_groups(f)):
+            src.append(_standalone_source(g, ctype).replace("void fused(", f"void fused_{k}_{j}(")
+                       .replace(f"typedef {ctype} T;\n", ""))
+    src = f"typedef {ctype} T;\n" + "".join(src)
+    prog = nvrtc.createProgram(src, "fused.cu", [], [])
+    try:
+        try:
+            nvrtc.compileProgram(prog, ["--gpu-architecture=compute_60"])
+        except Exception:
+            pytest.fail(f"does not compile:\n{src}\n{nvrtc.getProgramLog(prog)}")
+    finally:
+        nvrtc.destroyProgram(prog)

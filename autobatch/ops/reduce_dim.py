@@ -191,8 +191,10 @@ ARGMAX_MODES = ("zero_gradient", "straight_through_gradient")
 
 @register
 class ArgMax(Op):
-    """One-hot vector of the first maximum. attr: the gradient mode; zero_gradient stops
-    the gradient, straight_through_gradient passes it on unchanged."""
+    """One-hot vector of the first maximum. attr: the gradient mode; straight_through_gradient
+    passes the gradient on unchanged, zero_gradient stops it (argmax_zero is that mode as an
+    op of its own: not differentiable, so nothing upstream of it runs backward; the engine
+    reads differentiability per op, never per attribute)."""
     name = "argmax"
 
     def shape(self, shapes, attr):
@@ -208,6 +210,16 @@ class ArgMax(Op):
 
     def backward(self, xp, xs, y, gy, attr, data):
         return [gy if attr == "straight_through_gradient" else None]
+
+
+@register
+class ArgMaxZero(type(ArgMax)):     # (register keeps instances under the class names)
+    """argmax with the zero gradient, its true derivative almost everywhere."""
+    name = "argmax_zero"
+    differentiable = False
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        return [None]
 
 
 def _fits(name, what, s, x):

@@ -8,6 +8,7 @@ values). Each evaluates every branch on clamped inputs and picks with where(), w
 them free of data-dependent indexing (one code path for NumPy and CuPy)."""
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -31,8 +32,25 @@ SELU_LAMBDA = 1.0507009873554804934193349852946
 SELU_ALPHA = 1.6732632423543772848170429916717
 
 
+@functools.lru_cache(maxsize=None)
+def _device_special(xp, name):
+    """cupyx.scipy.special's ufunc ``name`` where xp is CuPy and it imports (one kernel
+    instead of the ~70 array passes of the series below), else None. Imported here, not at
+    the top: the package must import with NumPy alone."""
+    if xp is np:
+        return None
+    try:
+        import cupyx.scipy.special as special
+    except ImportError:
+        return None
+    return getattr(special, name, None)
+
+
 def erf(xp, x):
     """erf(x) elementwise."""
+    f = _device_special(xp, "erf")
+    if f is not None:
+        return f(x).astype(x.dtype, copy=False)
     a = xp.abs(x)
     # |x| < 2.5: erf(a) = 2a/√π · e^(-a²) · Σ (2a²)^n / (2n+1)!!  (positive terms: no cancellation)
     s = xp.minimum(a, _ERF_SPLIT)
@@ -82,6 +100,9 @@ def _lgamma_right(xp, x):
 
 def lgamma(xp, x):
     """log |Γ(x)| elementwise (as C's lgamma: +inf at the poles 0, -1, -2, ...)."""
+    f = _device_special(xp, "gammaln")          # the same function, poles included
+    if f is not None:
+        return f(x).astype(x.dtype, copy=False)
     left = x < 0.5
     g = _lgamma_right(xp, xp.where(left, 1 - x, x))
     r, pole = _reduced(xp, x, left, 0.5)
@@ -405,11 +426,24 @@ class Pow(Op):
 
 
 # --- rounding and gradient manipulation ---------------------------------------------------
+# Each rounding function is two ops, one per gradient mode: differentiability is a property of
+# the op (the graph, its recipes and the vertex traces read it per op, never per attribute),
+# and the zero-gradient op must be non-differentiable so that nothing upstream of it runs backward.
 class _Rounding(_Fn):
-    """attr: straight-through (the gradient passes unchanged) if True, zero gradient if False."""
+    """The straight-through mode: the gradient passes unchanged, as through the identity."""
 
     def backward(self, xp, xs, y, gy, attr, data):
-        return [gy if attr else None]
+        return [gy]
+
+
+class _ZeroGradient:
+    """Mixin for the zero-gradient mode, the rounding's true derivative almost everywhere:
+    not differentiable, so a node that depends on parameters only through it needs no
+    gradient and backward never reaches it. attr is ignored."""
+    differentiable = False
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        return [None]
 
 
 @register
@@ -427,6 +461,21 @@ class Ceil(_Rounding):
 @register
 class Floor(_Rounding):
     name = fn = cfn = "floor"
+
+
+@register
+class RoundZero(_ZeroGradient, type(Round)):     # (register keeps instances under the class names)
+    name = "round_zero"
+
+
+@register
+class CeilZero(_ZeroGradient, type(Ceil)):
+    name = "ceil_zero"
+
+
+@register
+class FloorZero(_ZeroGradient, type(Floor)):
+    name = "floor_zero"
 
 
 class _Identity(Unary):

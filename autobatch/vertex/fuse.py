@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ops.unary_math import erf, lgamma
+
 
 ENABLED = True
 
@@ -111,10 +113,23 @@ def _group(t, members):
     return Group(tuple(members), tuple(ins), "\n".join(lines))
 
 
+# The C math functions that ops' c_expr use, as NumPy computes them (float64-accurate; erf and
+# lgamma, which NumPy lacks, are the ops' own): what emulate() runs a generated body with.
+C_FUNCTIONS = {
+    "exp": np.exp, "expm1": np.expm1, "log1p": np.log1p, "tanh": np.tanh,
+    "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
+    "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
+    "erf": lambda x: erf(np, np.asarray(x)), "lgamma": lambda x: lgamma(np, np.asarray(x)),
+    "fabs": np.abs, "fmin": np.fmin, "fmax": np.fmax, "rint": np.rint, "ceil": np.ceil, "floor": np.floor,
+}
+
+
 def emulate(group, xs, outs):
     """Run a group's generated body with NumPy (tests check the generated code this way where
-    there is no GPU): the same statements, with C casts and declarations dropped."""
-    env = {"tanh": np.tanh, "exp": np.exp, "fmax": np.fmax}
+    there is no GPU): the same statements, with C casts and declarations dropped. Python's
+    builtins are hidden, so a C name missing from C_FUNCTIONS fails instead of running as
+    Python's own round, pow or abs."""
+    env = dict(C_FUNCTIONS, __builtins__={})
     env.update({f"x{j}": x for j, x in enumerate(xs)})
     code = group.body.replace("(T)", "").replace("T v", "v")
     exec(compile(code.replace("; ", "\n"), "<fused>", "exec"), env)
