@@ -11,6 +11,7 @@ import os
 import numpy as np
 
 from . import runtime
+from .textfile import check_name, file_order, read_saved, restore, write_text
 
 
 def _rng():
@@ -225,7 +226,12 @@ class Parameter:
         """A host copy of the value."""
         return runtime.state().backend.to_host(self.value).copy()
 
-    def npvalue(self) -> np.ndarray:
+    # A parameter's value does not depend on any graph, so recalculate (DyNet: re-run the
+    # forward pass) changes nothing here. DyNet's re-run also redraws the random nodes
+    # (dropout, noise) of the current graph; reading a parameter here leaves them alone.
+    def npvalue(self, recalculate: bool = False) -> np.ndarray:
+        """The value (as_array). A lookup table is (n_rows, *row) as in as_array
+        (DyNet's npvalue gives it transposed, (row_dim, n_rows))."""
         return self.as_array()
 
     def grad_as_array(self) -> np.ndarray:
@@ -237,10 +243,18 @@ class Parameter:
         return self.grad_as_array()
 
     def scalar_value(self, recalculate: bool = False) -> float:
-        return self._e().scalar_value(recalculate)
+        """The value of a one-element parameter as a float."""
+        a = self.as_array()
+        if a.size != 1:
+            from .errors import GraphError, user_line
+            raise GraphError(f"scalar_value() on parameter {self._name or ''} of shape {a.shape}: "
+                             f"it needs exactly one element [at {user_line()}]")
+        return float(a.reshape(()))
 
     def vec_value(self, recalculate: bool = False) -> list:
-        return self._e().vec_value(recalculate)
+        """The values as a flat list in DyNet's order: column-major for a dense parameter,
+        row after row (each row column-major) for a lookup table."""
+        return file_order(self.as_array(), self.is_lookup).tolist()
 
     def tensor_value(self, recalculate: bool = False) -> np.ndarray:
         return self.as_array()
@@ -252,6 +266,41 @@ class Parameter:
             raise ValueError(f"set_value: parameter {self._name or ''} has shape {tuple(self.value.shape)}, "
                              f"got an array of shape {tuple(arr.shape)}")
         self.value[...] = self.xp.asarray(arr, dtype=self.dtype)
+
+    # --- files (DyNet's text format, as ParameterCollection.save) ---------------------
+    def save(self, fname: str, key: str = "", append: bool = False) -> None:
+        """Write this parameter to fname in DyNet's text format, under its own name or
+        under key; append: add to the end of fname."""
+        name = key or self._name
+        check_name(name, "save")
+        write_text(fname, [(self, name)], append)
+
+    def write_to_textfile(self, fname: str, key: str = "", append: bool = False) -> None:
+        """Alias of ``save``."""
+        self.save(fname, key, append)
+
+    def populate(self, fname: str, key: str) -> None:
+        """Set the value (and gradient) from the parameter named key (its full name, e.g.
+        "/enc/_0") in fname, a file written by ``save``. A lookup table reads only a saved
+        lookup table, a dense parameter only a dense one; the shapes must be equal."""
+        if not isinstance(key, str) or not key:
+            raise ValueError("populate: key must be a parameter's full name (e.g. '/W'), got "
+                             f"{key!r}")
+        kind = "l" if self.is_lookup else "p"
+        for e in read_saved(fname, "populate"):
+            if e.kind == kind and e.name == key:
+                break
+        else:
+            what = "lookup parameter" if self.is_lookup else "parameter"
+            raise KeyError(f"populate: no {what} named {key!r} in {fname}")
+        if e.shape != self.shape():
+            raise ValueError(f"populate: {key} has shape {e.shape} in {fname}, "
+                             f"parameter {self._name} is {self.shape()}")
+        restore(self, *e.arrays())
+
+    def populate_from_textfile(self, fname: str, key: str = "") -> None:
+        """Alias of ``populate`` (key is needed all the same)."""
+        self.populate(fname, key)
 
     def zero(self) -> None:
         """Set the value (not the gradient) to zero, as DyNet's ``zero()``."""
@@ -496,96 +545,83 @@ class ParameterCollection:
     def all_parameters(self) -> list:
         return self.parameters_list() + self.lookup_parameters_list()
 
-    def _keys(self):
-        return ([f"p{k}" for k in range(len(self.parameters_list()))]
-                + [f"l{k}" for k in range(len(self.lookup_parameters_list()))])
-
-    def save(self, path: str, key: str = "") -> None:
-        """Write all values to an .npz file: dense parameters in creation order ("p0", "p1",
-        ...), then lookup tables ("l0", ...), and their names ("names"). key: names are
-        written with this collection's prefix replaced by key (DyNet's ``save(fname, key)``).
+    def save(self, fname: str, name: str = "", append: bool = False) -> None:
+        """Write every parameter to fname in DyNet's text format (real DyNet reads the file,
+        and ``populate`` reads DyNet's): dense parameters in creation order, then lookup
+        tables, each with its gradient where it is not zero. name: written names have this
+        collection's prefix replaced by name ("/top" and "/top/" both give "/top/W"); it must
+        start with '/' and hold no space or '#', as DyNet. append: add to the end of fname.
 
         ``save(path, [objects])`` (DyNet 1's form) is ``dy.save(path, [objects])``."""
-        if isinstance(key, (list, tuple)):
-            return save(path, key)
-        if not isinstance(key, str):
-            raise TypeError(f"save: key must be a str, got {type(key).__name__}")
-        ps = self.all_parameters()
-        arrays = {k: p.as_array() for k, p in zip(self._keys(), ps)}
+        if isinstance(name, (list, tuple)):
+            return save(fname, name)
+        if not isinstance(name, str):
+            raise TypeError(f"save: name must be a str, got {type(name).__name__}")
+        if name and (not name.startswith("/") or " " in name or "#" in name):
+            raise ValueError(f"save: name must start with '/' and hold no ' ' or '#', got {name!r}")
+        if name and not name.endswith("/"):
+            name += "/"
         n = len(self._prefix)
-        arrays["names"] = np.array([(key + p.name()[n:]) if key else p.name() for p in ps], dtype=str)
-        with open(path, "wb") as f:
-            np.savez(f, **arrays)
+        entries = [(p, (name + p.name()[n:]) if name else p.name()) for p in self.all_parameters()]
+        for _, nm in entries:      # before writing anything
+            check_name(nm, "save")
+        write_text(fname, entries, append)
 
-    def _read(self, path: str, where: str) -> dict:
-        """path's arrays by key, and "names" (a list, or None in files written without them)."""
-        if not os.path.exists(path):
-            raise FileNotFoundError(path)
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                out = {k: z[k] for k in z.files}
-        except (ValueError, OSError) as e:
-            raise ValueError(f"{where}: {path} is not a file written by ParameterCollection.save ({e})") from None
-        out["names"] = [str(x) for x in out["names"]] if "names" in out else None
-        return out
+    def write_to_textfile(self, fname: str, key: str = "", append: bool = False) -> None:
+        """Alias of ``save``."""
+        self.save(fname, key, append)
 
-    @staticmethod
-    def _entries(z: dict) -> list:
-        """(key, name or None) of the arrays in z, dense first then lookup, in saved order."""
-        out = []
-        for kind in "pl":
-            k = 0
-            while f"{kind}{k}" in z:
-                out.append(f"{kind}{k}")
-                k += 1
-        names = z["names"]
-        if names is not None and len(names) != len(out):
-            raise ValueError("the file's names do not match its arrays")
-        return [(k, None if names is None else names[j]) for j, k in enumerate(out)]
-
-    def populate(self, path: str, key: str = "") -> None:
-        """Load values written by ``save`` into this collection's parameters, by position:
-        the saved dense parameters into ``parameters_list()``, the saved tables into
-        ``lookup_parameters_list()``. key: use only the saved parameters inside the collection
-        named key, e.g. "/enc/" (DyNet's ``populate(fname, key)``: fill a sub-model from a
-        bigger file).
-        Counts and shapes are checked first: on a mismatch nothing changes."""
-        z = self._read(path, "populate")
-        entries = self._entries(z)
+    def populate(self, fname: str, key: str = "") -> None:
+        """Load values (and gradients) written by ``save`` (or by DyNet) into this collection's
+        parameters, by position: the saved dense parameters into ``parameters_list()``, the
+        saved tables into ``lookup_parameters_list()``. key: use only the saved parameters
+        inside the collection named key, e.g. "/enc/" (fill a sub-model from a bigger file).
+        Also reads the .npz files of older autobatch versions (values only).
+        Counts, shapes and numbers are checked first: on an error nothing changes."""
+        saved = read_saved(fname, "populate")
         if key:
-            if z["names"] is None:
-                raise ValueError(f"populate: {path} holds no parameter names (an older file); "
+            if any(e.name is None for e in saved):
+                raise ValueError(f"populate: {fname} holds no parameter names (an older file); "
                                  "it can only be loaded whole (key='')")
             # whole path components only, as DyNet: "/enc" and "/enc/" take "/enc/_0", "/en" does not
             sub = key if key.endswith("/") else key + "/"
-            entries = [(k, nm) for k, nm in entries if nm.startswith(sub)]
+            saved = [e for e in saved if e.name.startswith(sub)]
+        todo = []
         for kind, mine, what in (("p", self.parameters_list(), "parameters"),
                                  ("l", self.lookup_parameters_list(), "lookup parameters")):
-            theirs = [(k, nm) for k, nm in entries if k[0] == kind]
+            theirs = [e for e in saved if e.kind == kind]
             if len(theirs) != len(mine):
                 under = f" under key {key!r}" if key else ""
-                raise ValueError(f"populate: {path} holds {len(theirs)} {what}{under}, "
+                raise ValueError(f"populate: {fname} holds {len(theirs)} {what}{under}, "
                                  f"this collection has {len(mine)}")
-            for (k, nm), p in zip(theirs, mine):
-                if z[k].shape != p.shape():
-                    raise ValueError(f"populate: {nm or k} has shape {z[k].shape} in {path}, "
-                                     f"parameter {p.name()} is {p.shape()}")
-        for kind, mine in (("p", self.parameters_list()), ("l", self.lookup_parameters_list())):
-            for (k, _), p in zip([e for e in entries if e[0][0] == kind], mine):
-                p.set_value(z[k])
+            for j, (e, p) in enumerate(zip(theirs, mine)):
+                if e.shape != p.shape():
+                    raise ValueError(f"populate: {e.name or f'saved {what[:-1]} {j}'} has shape {e.shape} "
+                                     f"in {fname}, parameter {p.name()} is {p.shape()}")
+                todo.append((p, e))
+        todo = [(p, *e.arrays()) for p, e in todo]
+        for p, value, grad in todo:
+            restore(p, value, grad)
+
+    def populate_from_textfile(self, fname: str, key: str = "") -> None:
+        """Alias of ``populate``."""
+        self.populate(fname, key)
 
     def _load_one(self, path: str, key: str, lookup: bool):
         where = "load_lookup_param" if lookup else "load_param"
-        z = self._read(path, where)
-        if z["names"] is None:
+        saved = read_saved(path, where)
+        if any(e.name is None for e in saved):
             raise ValueError(f"{where}: {path} holds no parameter names (an older file)")
         kind = "l" if lookup else "p"
-        for k, nm in self._entries(z):
-            if k[0] == kind and nm == key:
+        for e in saved:
+            if e.kind == kind and e.name == key:
+                value, grad = e.arrays()
                 base = key.rstrip("/").rsplit("/", 1)[-1]
                 name = "" if base.startswith("_") and base[1:].isdigit() else base
                 add = self.add_lookup_parameters if lookup else self.add_parameters
-                return add(z[k].shape, NumpyInitializer(z[k]), name)
+                p = add(e.shape, NumpyInitializer(value), name)
+                restore(p, value, grad)
+                return p
         what = "lookup parameter" if lookup else "parameter"
         raise KeyError(f"{where}: no {what} named {key!r} in {path}")
 

@@ -207,3 +207,27 @@ def test_parameters_answer_as_their_expressions_do():
     np.testing.assert_array_equal(E.rows_grad_as_array([3, 0, 1]), [[1, 1], [0, 0], [2, 2]])
     with pytest.raises(NotImplementedError, match="lookup_batch"):
         E.batch([0, 1])
+
+
+def test_parameter_values_with_recalculate_leave_the_graph_alone():
+    """A parameter's value does not depend on the graph: recalculate must not invalidate it
+    (that would redraw the graph's random nodes)."""
+    pc = dy.ParameterCollection()
+    p = pc.add_parameters((1,), init=np.array([2.5]))
+    W = pc.add_parameters((2, 3), init=np.arange(6.0).reshape(2, 3))
+    E = pc.add_lookup_parameters((3, 2), init=np.arange(6.0).reshape(3, 2))
+    dy.renew_cg()
+    d = dy.dropout(dy.inputVector(list(range(1, 41))), 0.5)
+    r = dy.random_normal((20,))
+    before = d.npvalue(), r.npvalue()
+    assert p.scalar_value(recalculate=True) == 2.5
+    assert W.vec_value(True) == [0, 3, 1, 4, 2, 5]            # column-major, as DyNet
+    assert E.vec_value(True) == [0, 1, 2, 3, 4, 5]            # row after row, as DyNet
+    np.testing.assert_array_equal(W.tensor_value(True), np.arange(6.0).reshape(2, 3))
+    np.testing.assert_array_equal(W.npvalue(recalculate=True), np.arange(6.0).reshape(2, 3))
+    np.testing.assert_array_equal(d.npvalue(), before[0])
+    np.testing.assert_array_equal(r.npvalue(), before[1])
+    r.npvalue(recalculate=True)       # an expression's recalculate does redraw: the check can fail
+    assert not np.array_equal(d.npvalue(), before[0]) and not np.array_equal(r.npvalue(), before[1])
+    with pytest.raises(dy.GraphError, match=r"scalar_value\(\) on parameter /_1 of shape \(2, 3\)"):
+        W.scalar_value()
