@@ -9,12 +9,14 @@ Shapes: inputs x are (input_dim,) vectors, hidden and cell states (hidden_dim,).
 Parameters live in a subcollection of the model, in DyNet's order per layer."""
 from __future__ import annotations
 
+import weakref
 from typing import List, Optional, Sequence
 
 import numpy as np
 
 from . import api as dy
 from . import recipes, runtime
+from .api_reduce import layer_norm
 from .errors import GraphError, user_line
 from .graph import Expression
 from .params import ConstInitializer, NumpyInitializer, ParameterCollection
@@ -30,9 +32,10 @@ def _shape_of(x) -> tuple:
 
 class _Run:
     """What one initial_state() fixes for a sequence: the parameter nodes of the
-    current graph and the dropout masks (masks stay the same along the sequence)."""
+    current graph and the dropout masks (the same along the sequence, unless
+    set_dropout_masks() draws new ones)."""
 
-    __slots__ = ("exprs", "pids", "masks_x", "masks_h", "cells")
+    __slots__ = ("exprs", "pids", "masks_x", "masks_h", "cells", "__weakref__")
 
     def __init__(self, exprs, masks_x, masks_h):
         self.exprs = exprs
@@ -135,6 +138,7 @@ class _Builder:
         self.params: list = [self._make_layer(input_dim if l == 0 else hidden_dim) for l in range(layers)]
         self.dropout = 0.0
         self.dropout_h = 0.0
+        self._last_run = None     # weak reference to the last initial_state()'s _Run (set_dropout_masks)
 
     # --- to be defined by each builder ------------------------------------------
     def _make_layer(self, in_dim: int) -> list:
@@ -181,6 +185,7 @@ class _Builder:
         state as ``s()`` lays it out: LSTM [c_1..c_L, h_1..h_L], else [h_1..h_L], each (hidden_dim,)."""
         exprs = [[dy.parameter(p, update) for p in P] for P in self.params]
         run = _Run(exprs, *self._masks())
+        self._last_run = weakref.ref(run)
         if vecs is None:
             return RNNState(self, run, None, None, None)
         hs, cs = self._split_state(list(vecs), "initial_state")
@@ -192,8 +197,17 @@ class _Builder:
 
     # --- internals -------------------------------------------------------------------
     def _masks(self):
-        """Per-sequence masks (built once: DyNet's per-sequence dropout masks); None when off."""
-        return None, None
+        """Variational builders: one mask per layer on its input x (rate dropout) and on h_prev
+        (rate dropout_h), drawn once per initial_state(); (None, None) when off."""
+        if not self._variational or not runtime.state().dropout or (self.dropout == 0 and self.dropout_h == 0):
+            return None, None
+        H = self.hidden_dim
+
+        def masks(p, dims):
+            return [dy.dropout(dy.ones(d), p) for d in dims] if p > 0 else [None] * len(dims)
+        mx = masks(self.dropout, [self.input_dim] + [H] * (self.layers - 1))
+        mh = masks(self.dropout_h, [H] * self.layers)
+        return mx, mh
 
     def _zero_cells(self) -> list:
         return [dy.zeros(self.hidden_dim) for _ in range(self.layers)]
@@ -320,8 +334,20 @@ class VanillaLSTMBuilder(_Builder):
     The forget slice of b starts at forget_bias (DyNet keeps b at 0 and adds a constant
     forget_bias, default 1, at every step: the same at initialisation, one node fewer per
     step; weights copied from DyNet need forget_bias added to that slice). Dropout is
-    DyNet's variational dropout: masks on x and h_prev drawn once per initial_state().
-    ``ln_lstm=True`` (layer normalisation) is not supported."""
+    DyNet's variational dropout: masks on x and h_prev drawn once per initial_state()
+    (DyNet draws them once per graph; here each sequence, an instance, has its own).
+
+    ``ln_lstm=True``: DyNet's layer-normalised LSTM. Each layer has six more parameters,
+    created after its b: g_h, b_h, g_x, b_x (4H) and g_c, b_c (H), gains starting at 1 and
+    biases at 0, and with LN(v; g, β) = g⊙(v - mean v)/(std v + 1e-8) + β::
+
+        a = b + LN(W_x·x; g_x, b_x) + LN(W_h·h_prev; g_h, b_h)      (no h term at a first step)
+        c = f⊙c_prev + i⊙g (as above);  h = o⊙tanh(LN(c; g_c, b_c))
+
+    get_parameters() gives [W_x, W_h, b] per layer, as DyNet; param_collection() holds all
+    nine per layer in the order DyNet's model lists them. (DyNet 2.1 puts the six into the
+    model given to the builder, named /_0, /_1, ..., so that its builder collection lacks them;
+    here they are in the builder's collection, so saving the builder keeps them.)"""
 
     _has_cell = True
     _variational = True
@@ -329,18 +355,40 @@ class VanillaLSTMBuilder(_Builder):
 
     def __init__(self, layers: int, input_dim: int, hidden_dim: int, model: ParameterCollection,
                  ln_lstm: bool = False, forget_bias: float = 1.0):
-        if ln_lstm:
-            raise ValueError(f"{type(self).__name__}: ln_lstm=True (layer-normalised LSTM) is not supported")
+        self.ln_lstm = bool(ln_lstm)
         self.forget_bias = float(forget_bias)
         super().__init__(layers, input_dim, hidden_dim, model)
+        self.spec = (layers, input_dim, hidden_dim, self.ln_lstm, self.forget_bias)   # as DyNet's
+        if self.ln_lstm:
+            # an instance attribute: the plain builder's steps do not test for layer norm
+            self._layer_step = self._ln_layer_step
+
+    @classmethod
+    def from_spec(cls, spec, model: ParameterCollection) -> "VanillaLSTMBuilder":
+        layers, input_dim, hidden_dim = spec[:3]
+        return cls(layers, input_dim, hidden_dim, model, *spec[3:])
+
+    def get_parameters(self) -> list:
+        """Per layer [W_x, W_h, b] (DyNet's list leaves out ln_lstm's gains and biases)."""
+        return [list(P[:3]) for P in self.params]
+
+    def get_parameter_expressions(self) -> list:
+        return [[dy.parameter(p) for p in P[:3]] for P in self.params]
 
     def set_dropouts(self, d: float, d_r: float) -> None:
         """DyNet's name for set_dropout(d, d_r): rates on the input and on the recurrent h."""
         self.set_dropout(d, d_r)
 
     def set_dropout_masks(self, batch_size: int = 1) -> None:
-        """Accepted for DyNet programs and does nothing: masks are drawn at each
-        initial_state() (DyNet's call would redraw the current sequence's masks)."""
+        """New dropout masks for the sequence the last initial_state() began (in the current
+        graph): its following steps use them, as DyNet's. initial_state() already draws
+        masks, so calling this right after it changes nothing but which masks are drawn.
+        batch_size is accepted for DyNet programs: every sequence has its own masks anyway."""
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError(f"set_dropout_masks: batch_size must be a positive int, got {batch_size!r}")
+        run = self._last_run() if self._last_run is not None else None
+        if run is not None and run.exprs[0][0].cg is dy._S.graph:
+            run.masks_x, run.masks_h = self._masks()
 
     def _make_layer(self, in_dim: int) -> list:
         H = self.hidden_dim
@@ -349,18 +397,11 @@ class VanillaLSTMBuilder(_Builder):
         Wx, Wh = m.add_parameters((4 * H, in_dim)), m.add_parameters((4 * H, H))
         b = np.zeros(4 * H)
         b[H:2 * H] = self.forget_bias
-        return [Wx, Wh, m.add_parameters((4 * H,), NumpyInitializer(b))]
-
-    def _masks(self):
-        if not runtime.state().dropout or (self.dropout == 0 and self.dropout_h == 0):
-            return None, None
-        H = self.hidden_dim
-
-        def masks(p, dims):
-            return [dy.dropout(dy.ones(d), p) for d in dims] if p > 0 else [None] * len(dims)
-        mx = masks(self.dropout, [self.input_dim] + [H] * (self.layers - 1))
-        mh = masks(self.dropout_h, [H] * self.layers)
-        return mx, mh
+        P = [Wx, Wh, m.add_parameters((4 * H,), NumpyInitializer(b))]
+        if self.ln_lstm:        # DyNet's order: g_h, b_h, g_x, b_x, g_c, b_c
+            for n in (4 * H, 4 * H, H):
+                P += [m.add_parameters((n,), ConstInitializer(1.0)), m.add_parameters((n,), ConstInitializer(0.0))]
+        return P
 
     def _layer_step(self, P, x, h, c, mh):
         Wx, Wh, b = P
@@ -377,6 +418,19 @@ class VanillaLSTMBuilder(_Builder):
         y = dy.lstm_cell(a) if c is None else dy.lstm_cell(a, c)
         return dy.pickrange(y, 0, H), y
 
+    def _ln_layer_step(self, P, x, h, c, mh):
+        Wx, Wh, b, gh, bh, gx, bx, gc, bc = P
+        H = self.hidden_dim
+        a = layer_norm(Wx * x, gx, bx) + b        # batched over all steps, as above
+        if h is not None:
+            if mh is not None:
+                h = dy.cmult(h, mh)
+            a = a + layer_norm(Wh * h, gh, bh)
+        # lstm_cell gives the cell (its h, o⊙tanh(c), is not the normalised one)
+        y = dy.lstm_cell(a) if c is None else dy.lstm_cell(a, c)
+        o = dy.logistic(dy.pickrange(a, 2 * H, 3 * H))
+        return dy.cmult(o, dy.tanh(layer_norm(dy.pickrange(y, H, 2 * H), gc, bc))), y
+
 
 LSTMBuilder = VanillaLSTMBuilder
 
@@ -386,9 +440,15 @@ class SimpleRNNBuilder(_Builder):
 
         h = tanh(b + W_x·x + W_h·h_prev)
 
-    Dropout (set_dropout) is fresh per step on each layer's input, as DyNet's."""
+    Dropout is DyNet's variational dropout, as VanillaLSTMBuilder's: set_dropout(d, d_h=d)
+    or set_dropouts(d, d_h) set the rates of masks on each layer's input x and on h_prev
+    (a given initial h included), drawn once per initial_state() and scaled by 1/(1 - rate);
+    set_dropout_masks() draws new ones mid-sequence."""
 
     _kind = "simple-rnn"
+    _variational = True
+    set_dropouts = VanillaLSTMBuilder.set_dropouts
+    set_dropout_masks = VanillaLSTMBuilder.set_dropout_masks
 
     def _make_layer(self, in_dim: int) -> list:
         H, m = self.hidden_dim, self.model
@@ -396,6 +456,8 @@ class SimpleRNNBuilder(_Builder):
 
     def _layer_step(self, P, x, h, c, mh):
         Wx, Wh, b = P
+        if h is not None and mh is not None:
+            h = dy.cmult(h, mh)
         a = dy.affine_transform([b, Wx, x] if h is None else [b, Wx, x, Wh, h])
         return dy.tanh(a), None
 
@@ -409,7 +471,9 @@ class GRUBuilder(_Builder):
 
     Separate gate matrices cost no more batches than one stacked affine plus slices
     (z and r are two affine batches instead of one affine and two slice batches).
-    Dropout is fresh per step on each layer's input, as DyNet's."""
+    Dropout is fresh per step on each layer's input, as DyNet's. (DyNet 2.1 also drops the
+    top layer's output(), with another fresh mask per step, while its h() and the recurrence
+    keep the undropped h; not done here.)"""
 
     _kind = "gru"
 

@@ -252,3 +252,125 @@ def test_builder_on_backend(backend):
     xs = vecs(rng, 3, 3)
     out = last_output(b, xs)
     np.testing.assert_allclose(to_np(out.npvalue()), ref_lstm(ws, xs)[0][-1], rtol=1e-4, atol=1e-5)
+
+
+# --- SimpleRNNBuilder's dropout: variational, as DyNet 2.1's ---------------------------
+def _probe_rnn(layers=1, H=16):
+    """A SimpleRNNBuilder whose masks can be read off its outputs: W_x = I, W_h = 0, b = 0
+    (h = tanh(W_x·(x⊙m)), so m = artanh(h)/x)."""
+    b = dy.SimpleRNNBuilder(layers, H, H, dy.ParameterCollection())
+    for Wx, Wh, bias in b.get_parameters():
+        Wx.set_value(np.eye(H))
+        Wh.set_value(np.zeros((H, H)))
+        bias.set_value(np.zeros(H))
+    return b
+
+
+def _mask(h, x):
+    m = np.arctanh(h) / x
+    assert np.allclose(m[np.abs(m) > 1e-9], 2.0, rtol=1e-9), m     # 0 or 1/(1 - 0.5)
+    return tuple(np.round(m).astype(int))
+
+
+def test_rnn_input_masks_fixed_along_a_sequence(f64):
+    """DyNet's SimpleRNNBuilder draws its masks once, not per step (checked with DyNet 2.1:
+    the same mask at every step); here once per initial_state(), so sequences differ."""
+    b = _probe_rnn()
+    b.set_dropout(0.5, 0.0)
+    x = np.full(16, 0.1)
+    dy.renew_cg()
+    seqs = [b.initial_state().transduce([dy.inputVector(x)] * 3) for _ in range(4)]
+    masks = [[_mask(o.npvalue(), x) for o in outs] for outs in seqs]
+    for ms in masks:
+        assert ms[0] == ms[1] == ms[2] and 0 < sum(ms[0]) < 32
+    assert len({ms[0] for ms in masks}) > 1
+
+
+def test_rnn_masks_per_layer(f64):
+    """Layer 2 has its own mask on its input (layer 1's h), as in DyNet."""
+    b = _probe_rnn(layers=2)
+    b.set_dropouts(0.5, 0.0)
+    x = np.full(16, 0.1)
+    dy.renew_cg()
+    s = b.initial_state().add_input(dy.inputVector(x))
+    h1, h2 = (e.npvalue() for e in s.h())
+    m1 = np.array(_mask(h1, x))
+    kept = m1 > 0
+    m2 = np.arctanh(h2[kept]) / h1[kept]
+    assert np.allclose(m2[np.abs(m2) > 1e-9], 2.0) and (m2 < 1e-9).any()
+    np.testing.assert_array_equal(h2[~kept], 0)
+
+
+def test_rnn_recurrent_mask(f64):
+    """set_dropouts(d, d_h): d_h masks h_prev (a given initial h too) with one mask per
+    sequence: W_x = 0, W_h = I, b = 0.1 give h_t = tanh(0.1 + m⊙h_{t-1})."""
+    H = 16
+    b = dy.SimpleRNNBuilder(1, H, H, dy.ParameterCollection())
+    Wx, Wh, bias = b.get_parameters()[0]
+    Wx.set_value(np.zeros((H, H)))
+    Wh.set_value(np.eye(H))
+    bias.set_value(np.full(H, 0.1))
+    b.set_dropouts(0.0, 0.5)
+    assert (b.dropout, b.dropout_h) == (0.0, 0.5)
+    dy.renew_cg()
+    h0 = np.full(H, 0.5)
+    outs = [o.npvalue() for o in b.initial_state_from_raw_vectors([h0]).transduce([dy.zeros(H)] * 3)]
+    prev, masks = h0, []
+    for h in outs:
+        m = (np.arctanh(h) - 0.1) / prev
+        assert np.allclose(m[np.abs(m) > 1e-9], 2.0)
+        masks.append(tuple(np.round(m).astype(int)))
+        prev = h
+    assert masks[0] == masks[1] == masks[2] and 0 < sum(masks[0]) < 2 * H
+    b.set_dropout(0.3)            # DyNet's set_dropout(d) sets both rates
+    assert (b.dropout, b.dropout_h) == (0.3, 0.3)
+
+
+def test_rnn_set_dropout_masks_redraws_mid_sequence(f64):
+    """As DyNet's: the steps after set_dropout_masks() use new masks, fixed from then on."""
+    b = _probe_rnn()
+    b.set_dropouts(0.5, 0.0)
+    x = np.full(16, 0.1)
+    dy.renew_cg()
+    s1 = b.initial_state().add_input(dy.inputVector(x))
+    b.set_dropout_masks()
+    s3 = s1.add_inputs([dy.inputVector(x)] * 2)
+    ms = [_mask(s.output().npvalue(), x) for s in [s1] + s3]
+    assert ms[1] == ms[2] and ms[0] != ms[1]
+    b.set_dropout_masks(4)        # batch_size is accepted: every sequence has its own masks
+    with pytest.raises(ValueError, match="batch_size"):
+        b.set_dropout_masks(0)
+    dy.renew_cg()                 # the last sequence's graph is gone: nothing to redraw
+    b.set_dropout_masks()
+
+
+def test_rnn_dropout_off_in_evaluation(f64):
+    b = _probe_rnn()
+    b.set_dropouts(0.5, 0.5)
+    x = np.full(16, 0.1)
+    assert _mask(last_output(b, [x]).npvalue(), x) != (1,) * 16
+    dy.set_dropout(False)         # the global switch (evaluation) turns it off
+    np.testing.assert_allclose(last_output(b, [x]).npvalue(), np.tanh(x))
+    dy.set_dropout(True)
+    b.disable_dropout()
+    np.testing.assert_allclose(last_output(b, [x]).npvalue(), np.tanh(x))
+
+
+def test_lstm_set_dropout_masks_redraws_mid_sequence(f64):
+    """VanillaLSTMBuilder shares SimpleRNNBuilder's set_dropout_masks (checked with DyNet 2.1:
+    the steps after the call use new masks). With i ≈ 1, f ≈ 0 and W_x·x = x in the g rows
+    the cell is tanh(x⊙m)."""
+    H = 16
+    b = dy.VanillaLSTMBuilder(1, H, H, dy.ParameterCollection())
+    Wx, Wh, bias = b.get_parameters()[0]
+    Wx.set_value(np.vstack([np.zeros((3 * H, H)), np.eye(H)]))
+    Wh.set_value(np.zeros((4 * H, H)))
+    bias.set_value(np.r_[np.full(H, 30.0), np.full(H, -30.0), np.zeros(2 * H)])
+    b.set_dropouts(0.5, 0.0)
+    x = np.full(H, 0.1)
+    dy.renew_cg()
+    s1 = b.initial_state().add_input(dy.inputVector(x))
+    b.set_dropout_masks()
+    s3 = s1.add_inputs([dy.inputVector(x)] * 2)
+    ms = [_mask(s.s()[0].npvalue(), x) for s in [s1] + s3]
+    assert ms[1] == ms[2] and ms[0] != ms[1]

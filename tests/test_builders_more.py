@@ -99,8 +99,9 @@ def test_vanilla_forget_bias_and_ln_lstm_arguments():
     b.set_dropouts(0.2, 0.3)
     assert (b.dropout, b.dropout_h) == (0.2, 0.3)
     b.set_dropout_masks()
-    with pytest.raises(ValueError, match="ln_lstm"):
-        dy.VanillaLSTMBuilder(1, 3, 2, m, ln_lstm=True)
+    assert b.spec == (1, 3, 2, False, 0.5)          # DyNet's spec: (layers, in, hidden, ln_lstm, forget_bias)
+    b2 = dy.VanillaLSTMBuilder.from_spec((1, 3, 2, True, 0.5), m)
+    assert b2.ln_lstm and b2.forget_bias == 0.5 and len(b2.param_collection().parameters_list()) == 9
 
 
 def test_coupled_biases_start_at_zero():
