@@ -173,3 +173,21 @@ def test_one_model_definition_same_function_on_dynet_and_autobatch():
                        env=dict(os.environ, PYTHONPATH=runner.REPO))
     assert p.returncode == 0, p.stdout + p.stderr[-2000:]
     assert p.stdout.count("rel") >= 2 * len(tasks.NAMES)
+
+
+def test_blas_bound_counts_the_products_of_every_instance():
+    """bench.floor: Tree-FC's complete trees of 256 leaves have 255 internal vertices, each one
+    product with W (H, 2H), and one output product per tree; Tree-LSTM leaves make three
+    products with the (H, E) leaf weights and internal nodes three with (H, 2H) and two with
+    (H, H), and every node one with the output layer."""
+    from bench import floor
+    rows, n = floor.product_rows("treefc", 8, 2)
+    labels = tasks.get("treefc").data(2)[1]["n_labels"]
+    assert n == 2 and rows == {(8, 16): 2 * 255, (labels, 8): 2}
+    trees, meta = tasks.get("treelstm").data(3)
+    leaves = sum(len(t.leaves()) for t in trees)
+    inner = leaves - len(trees)            # binary trees
+    rows, _ = floor.product_rows("treelstm", 8, 3)
+    assert rows == {(8, 8): 3 * leaves + 2 * inner, (8, 16): 3 * inner, (meta["n_labels"], 8): leaves + inner}
+    r = floor.bound("treefc", 8, 2, 16)
+    assert r["bound_ips"] > 0 and r["gflop_per_inst"] == pytest.approx(6 * (510 * 8 * 16 + 2 * labels * 8) / 2 / 1e9)
