@@ -263,8 +263,8 @@ class Executor:
                     x, info = self._gather(srcs, g.shapes[a], sizes_flat)
                     xs.append(x)
                     ins.append(info)
-        data = (list(map(g.datas.get, ids)) if B > 1 else [g.datas.get(i0)]) if op.has_data else None
-        attr = g.attrs.get(i0)
+        data = (list(itemgetter(*ids)(g.datas)) if B > 1 else [g.datas[i0]]) if op.has_data else None
+        attr = g.attrs[i0]
         r = None
         if op.has_into:
             # the result goes straight into its block: elementwise ops keep their inputs'
@@ -305,7 +305,7 @@ class Executor:
         """Point the nodes at their inputs' memory if op.view allows it for every node
         (cols: input j of every node, as _run uses them when it is not a view)."""
         g = self.g
-        pieces = op.view([g.shapes[a] for a in a0], g.attrs.get(ids[0]))
+        pieces = op.view([g.shapes[a] for a in a0], g.attrs[ids[0]])
         if pieces is None:
             return False
         offs = self.offs

@@ -68,10 +68,8 @@ class ComputationGraph:
         self.alive = True
         self.ops: list = []
         self.args: list = []
-        # node -> attr / data, kept only where not None: most nodes have neither, and two
-        # list appends per node were about a twelfth of building one
-        self.attrs: dict = {}
-        self.datas: dict = {}
+        self.attrs: list = []
+        self.datas: list = []
         self.shapes: list = []
         self.sizes: list = []
         self.sigs: list = []
@@ -188,10 +186,8 @@ class ComputationGraph:
         n = len(self.ops)
         self.ops.append(op)
         self.args.append(args)
-        if attr is not None:
-            self.attrs[n] = attr
-        if data is not None:
-            self.datas[n] = data
+        self.attrs.append(attr)
+        self.datas.append(data)
         shapes.append(r[0])
         self.sizes.append(r[1])
         self.sigs.append(sig)
@@ -221,8 +217,8 @@ class ComputationGraph:
         n = len(self.ops)
         self.ops.append(op)
         self.args.append((a,))
-        if data is not None:
-            self.datas[n] = data
+        self.attrs.append(None)
+        self.datas.append(data)
         self.shapes.append(r[0])
         self.sizes.append(r[1])
         self.sigs.append(r[2])
@@ -250,8 +246,8 @@ class ComputationGraph:
         n = len(self.ops)
         self.ops.append(op)
         self.args.append((a, b))
-        if attr is not None:
-            self.attrs[n] = attr
+        self.attrs.append(attr)
+        self.datas.append(None)
         shapes.append(r[0])
         self.sizes.append(r[1])
         self.sigs.append(r[2])
@@ -281,6 +277,8 @@ class ComputationGraph:
         n = len(self.ops)
         self.ops.append(op)
         self.args.append((pb, pw, x))
+        self.attrs.append(None)
+        self.datas.append(None)
         self.shapes.append(r[2])
         self.sizes.append(r[3])
         self.sigs.append(r[4])
@@ -308,10 +306,9 @@ class ComputationGraph:
             for a in args:
                 if a < n:
                     uses[a] -= 1
-        for col in (self.ops, self.args, self.shapes, self.sizes, self.sigs, self.depths, self.needs, uses):
+        for col in (self.ops, self.args, self.attrs, self.datas, self.shapes, self.sizes,
+                    self.sigs, self.depths, self.needs, uses):
             del col[n:]
-        self.attrs = {k: v for k, v in self.attrs.items() if k < n}
-        self.datas = {k: v for k, v in self.datas.items() if k < n}
         # the caches that name nodes: parameter nodes, fast-path entries keyed by a node,
         # affine entries holding parameter nodes, step templates holding parameter nodes
         for k in [k for k in self.ext if k >= n]:
@@ -338,9 +335,10 @@ class ComputationGraph:
         from .ops.random import reseed
         self.exe.invalidate()
         ops, datas = self.ops, self.datas
-        for n, d in datas.items():
-            if ops[n].redraws:
-                datas[n] = reseed(int(d))
+        for n in range(len(ops)):
+            op = ops[n]
+            if op is not None and op.redraws:
+                datas[n] = reseed(int(datas[n]))
 
     def _intern(self, key, op) -> int:
         """A new signature for key (a base signature and the ids of shared operands)."""
@@ -375,6 +373,8 @@ class ComputationGraph:
             self.ext[n] = p
             self.ops.append(None)
             self.args.append(())
+            self.attrs.append(None)
+            self.datas.append(None)
             self.shapes.append(tuple(p.value.shape))
             self.sizes.append(int(p.value.size))
             self.sigs.append(-1)

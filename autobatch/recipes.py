@@ -56,8 +56,7 @@ def _compile(g, n0, n1, ins, outs):
         return None
     pos = {a: j for j, a in enumerate(ins)}
     const = {"_new": _new_expr, "_E": Expression}
-    body, cols = [], {"ops": [], "shapes": [], "sizes": [], "sigs": []}
-    attrs = []                     # (position, attr) of the nodes that have one
+    body, cols = [], {"ops": [], "attrs": [], "datas": [], "shapes": [], "sizes": [], "sigs": []}
     arg_src, dep_src, need_src = [], [], []
 
     def ref(a):
@@ -65,16 +64,14 @@ def _compile(g, n0, n1, ins, outs):
 
     for n in range(n0, n1):
         op, a_n = g.ops[n], g.args[n]
-        if op is None or n in g.datas or any(a < n0 and a not in pos for a in a_n):
+        if op is None or g.datas[n] is not None or any(a < n0 and a not in pos for a in a_n):
             return None
-        r = _RULES.get((op, tuple(map(g.shapes.__getitem__, a_n)), g.attrs.get(n)))
+        r = _RULES.get((op, tuple(map(g.shapes.__getitem__, a_n)), g.attrs[n]))
         if r is None or r[2] is None:
             return None
         k = n - n0
-        for c in ("ops", "shapes", "sizes"):
+        for c in ("ops", "attrs", "datas", "shapes", "sizes"):
             cols[c].append(getattr(g, c)[n])
-        if n in g.attrs:
-            attrs.append((k, g.attrs[n]))
         if r[3]:                       # the signature names shared operands: look it up per step
             const[f"_K{k}"], const[f"_O{k}"] = r[2], op
             sk = ", ".join(ref(a_n[j]) for j in r[3])
@@ -109,10 +106,8 @@ def _compile(g, n0, n1, ins, outs):
            "    n = len(g.ops)"]
     src += [f"    D{j} = depths[i{j}]; N{j} = needs[i{j}]" for j in range(len(ins))]
     src += ["    " + line for line in body]
-    src += ["    g.ops.extend(_OPS)", "    g.shapes.extend(_SHAPES)", "    g.sizes.extend(_SIZES)"]
-    for k, attr in attrs:
-        const[f"_A{k}"] = attr
-        src.append(f"    g.attrs[n + {k}] = _A{k}")
+    src += ["    g.ops.extend(_OPS)", "    g.attrs.extend(_ATTRS)", "    g.datas.extend(_DATAS)",
+            "    g.shapes.extend(_SHAPES)", "    g.sizes.extend(_SIZES)"]
     if dyn_sigs:
         sig_src = ", ".join(f"s{k}" if s is None else str(s) for k, s in enumerate(cols["sigs"]))
         src.append(f"    g.sigs.extend(({sig_src},))")

@@ -159,7 +159,7 @@ def test_replayed_steps_build_the_same_graph(drop):
     for replay, stepwise in ((True, False), (False, False), (True, True)):
         g, loss, pc = _program(replay, stepwise, drop)
         replayed = any(callable(t) for t in g._recipes.values())
-        got = {c: (dict if c == "attrs" else list)(getattr(g, c)) for c in cols}
+        got = {c: list(getattr(g, c)) for c in cols}
         v = loss.value()
         loss.backward()
         runs.append((replayed, got, v, [p.grad_as_array().copy() for p in pc.parameters_list() + pc.lookup_parameters_list()]))
