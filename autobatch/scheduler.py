@@ -281,6 +281,7 @@ def _agenda(lo, hi, sigs, depths, args, heavy_of_sig, uses):
     return _split(pend[order] + lo, key[order])
 
 
+_PAD_WIDTH = 8   # successor tables wider than this use the ragged gather
 _SMALL = 256     # below this many nodes NumPy's per-call overhead outweighs vectorising
 _NEAR_END = 6    # as-late-as-possible levels are considered this many steps from the end
 
@@ -312,7 +313,13 @@ def _agenda_small(lo, hi, sigs, depths, args, heavy_of_sig, uses, late=True):
 def _dynet_agenda(lo, hi, sigs, depths, args, heavy_of_sig):
     """DyNet's agenda, for comparison: repeatedly run every ready node of the signature
     whose nodes have the lowest average depth (ties: cheap ops first). Simulated batch
-    by batch, vectorised within each batch."""
+    by batch, vectorised within each batch; a batch's ids are ascending.
+
+    The loop is bound by NumPy's per-call overhead (hundreds of batches of a few hundred
+    nodes), so it keeps the calls per batch few: successors come from a padded (node,
+    k) table (one fancy index instead of a ragged gather), ready nodes are grouped by one
+    sort of signature x node keys, and the batches become lists in one conversion."""
+    n = hi - lo
     sig_all = np.array(sigs[lo:hi], dtype=np.int64)
     pend = np.flatnonzero(sig_all >= 0)
     if len(pend) == 0:
@@ -322,21 +329,40 @@ def _dynet_agenda(lo, hi, sigs, depths, args, heavy_of_sig):
     count = np.bincount(sig, minlength=ns)
     avg = np.bincount(sig, weights=np.array(depths[lo:hi], dtype=np.float64)[pend], minlength=ns)
     prio = {s: (avg[s] / count[s], heavy_of_sig(s), s) for s in np.flatnonzero(count).tolist()}
-    _, pptr, src, dst = _edges(lo, hi, args, sig_all)
+    deg, pptr, src, dst = _edges(lo, hi, args, sig_all)
     waits = np.diff(pptr)
     order = np.argsort(src, kind="stable")
-    ptr = np.zeros(hi - lo + 1, dtype=np.int64)
-    np.cumsum(np.bincount(src, minlength=hi - lo), out=ptr[1:])
-    succ = dst[order]
+    src, succ = src[order], dst[order]
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(deg, out=ptr[1:])
+    width = int(deg.max(initial=0))
+    if width <= _PAD_WIDTH:         # successors as rows of a table padded with -1
+        table = np.full((n, max(width, 1)), -1, dtype=np.int64)
+        table[src, np.arange(len(src)) - ptr[src]] = succ
+
+        def successors(batch):
+            nxt = table[batch].ravel()
+            return nxt[nxt >= 0]
+    else:                           # a node feeds many (one embedding for every word)
+
+        def successors(batch):
+            return _ranges(ptr, succ, batch)
     ready: dict = {}
     heap: list = []
 
     def add_ready(nodes):
-        ss = sig_all[nodes]
-        order = np.argsort(ss, kind="stable")
-        nodes, ss = nodes[order], ss[order]
-        cut = np.flatnonzero(ss[1:] != ss[:-1]) + 1
-        for s, part in zip(ss[np.concatenate(([0], cut))].tolist(), np.split(nodes, cut)):
+        key = sig_all[nodes] * n + nodes
+        key.sort()                  # by signature, ids ascending within one
+        s0, s1 = int(key[0]) // n, int(key[-1]) // n
+        if s0 == s1:                # the common case: one signature became ready
+            groups = ((s0, key - s0 * n),)
+        else:
+            ss = key // n
+            cut = (np.flatnonzero(ss[1:] != ss[:-1]) + 1).tolist()
+            nodes = key - ss * n
+            bounds = [0] + cut + [len(key)]
+            groups = [(int(ss[a]), nodes[a:b]) for a, b in zip(bounds, bounds[1:])]
+        for s, part in groups:
             if s in ready:
                 ready[s].append(part)
             else:
@@ -349,12 +375,18 @@ def _dynet_agenda(lo, hi, sigs, depths, args, heavy_of_sig):
         s = heapq.heappop(heap)[2]
         parts = ready.pop(s)
         batch = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
-        out.append((batch + lo).tolist())
-        nxt = _ranges(ptr, succ, batch)
+        out.append(batch)
+        nxt = successors(batch)
         if len(nxt):
             np.subtract.at(waits, nxt, 1)
-            fresh = _unique(nxt[waits[nxt] == 0])   # a node fed twice appears twice
+            fresh = nxt[waits[nxt] == 0]
             if len(fresh):
                 waits[fresh] = -1
-                add_ready(fresh)
-    return out
+                # a node fed twice by the batch (x * x) is in fresh twice
+                add_ready(_unique(fresh) if len(fresh) > 1 else fresh)
+    flat = (np.concatenate(out) + lo).tolist()
+    res, k = [], 0
+    for b in out:
+        res.append(flat[k:k + len(b)])
+        k += len(b)
+    return res

@@ -221,3 +221,72 @@ def test_unique_by_counting_or_sorting_matches_numpy(xs, spread):
     other input (wide range, negatives) must give np.unique's answer too."""
     keys = np.array(xs, dtype=np.int64) // (1, 100, 10 ** 4)[spread]
     np.testing.assert_array_equal(scheduler._unique(keys), np.unique(keys))
+
+
+def _dynet_rule_by_hand(lo, hi, sigs, depths, args, heavy_of_sig):
+    """DyNet's agenda node by node, the way its paper states it: run every ready node of the
+    ready signature with the lowest average depth (ties: cheap first, then signature)."""
+    pend = [i for i in range(lo, hi) if sigs[i] >= 0]
+    total: dict = {}
+    for i in pend:
+        total.setdefault(sigs[i], []).append(depths[i])
+    prio = {s: (sum(d) / len(d), heavy_of_sig(s), s) for s, d in total.items()}
+    feeds = {i: [] for i in pend}
+    waits = {i: 0 for i in pend}
+    for i in pend:
+        for a in args[i]:
+            if a >= lo and sigs[a] >= 0:    # every use counts: x * x waits for x twice
+                feeds[a].append(i)
+                waits[i] += 1
+    ready = {i for i in pend if waits[i] == 0}
+    plan = []
+    while ready:
+        s = min({sigs[i] for i in ready}, key=prio.__getitem__)
+        batch = sorted(i for i in ready if sigs[i] == s)
+        ready.difference_update(batch)
+        plan.append(batch)
+        for i in batch:
+            for c in feeds[i]:
+                waits[c] -= 1
+                if waits[c] == 0:
+                    ready.add(c)
+    return plan
+
+
+@st.composite
+def _raw_graphs(draw):
+    """Random DAGs straight in the scheduler's columns: parameters (signature -1), nodes fed
+    twice by one input, hubs with more consumers than the successor table is wide, and a
+    range [lo, hi) that starts after already computed nodes."""
+    n = draw(st.integers(1, 60))
+    sigs, depths, args = [], [], []
+    for i in range(n):
+        if i == 0 or draw(st.integers(0, 9)) == 0:
+            sigs.append(-1)
+            args.append(())
+            depths.append(0)
+            continue
+        hub = draw(st.booleans())
+        k = draw(st.integers(1, 3))
+        a = tuple(0 if hub else draw(st.integers(0, i - 1)) for _ in range(k))
+        if draw(st.booleans()):
+            a = a + a[:1]
+        args.append(a)
+        sigs.append(draw(st.integers(0, 4)))
+        depths.append(1 + max(depths[j] for j in a))
+    lo = draw(st.integers(0, n - 1))
+    return lo, n, sigs, depths, args
+
+
+@settings(max_examples=150, deadline=None)
+@given(_raw_graphs(), st.sampled_from([0, 1, 8]))
+def test_dynet_rule_matches_the_rule_run_node_by_node(graph, pad_width):
+    lo, hi, sigs, depths, args = graph
+    heavy = lambda s: s % 2                      # noqa: E731
+    saved = scheduler._PAD_WIDTH
+    try:
+        scheduler._PAD_WIDTH = pad_width         # 0: always the ragged gather
+        plan = scheduler._dynet_agenda(lo, hi, sigs, depths, args, heavy)
+    finally:
+        scheduler._PAD_WIDTH = saved
+    assert plan == _dynet_rule_by_hand(lo, hi, sigs, depths, args, heavy)
