@@ -151,18 +151,18 @@ def lookup(p: LookupParameter, index: int, update: bool = True) -> Expression:
     g = _S.graph or cg()
     if type(index) in _NP_INTS:          # ids from a NumPy array
         index = int(index)
-    if type(index) is int and type(p) is LookupParameter and update is True and 0 <= index < p.value.shape[0]:
+    if type(index) is int and type(p) is LookupParameter and update is True and 0 <= index < p.data.shape[0]:
         return g.add1(_LOOKUP, g.pid(p), index, True)    # the common case, checked in one line
     if not isinstance(p, LookupParameter):
         raise TypeError(f"lookup: needs a LookupParameter, got {type(p).__name__} [at {user_line()}]")
-    if not _vertex_index(index, p.value.shape[0]):     # a per-vertex id is checked per call
+    if not _vertex_index(index, p.data.shape[0]):     # a per-vertex id is checked per call
         if type(index) is not int:
             if not isinstance(index, (numbers.Integral, np.integer)):
                 raise GraphError(f"lookup: index {index!r} is not an integer [at {user_line()}]")
             index = int(index)
-        if not 0 <= index < p.value.shape[0]:
+        if not 0 <= index < p.data.shape[0]:
             raise GraphError(f"lookup: index {index!r} out of range for a table of shape "
-                             f"{tuple(p.value.shape)} [at {user_line()}]")
+                             f"{tuple(p.data.shape)} [at {user_line()}]")
     return g.add1(_LOOKUP, g.pid(p, update), index, True)
 
 

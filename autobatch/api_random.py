@@ -95,7 +95,7 @@ def _input_values(g, i, values):
 
 
 def _lookup_index(g, i, index):
-    n = g.ext[g.args[i][0]].value.shape[0]
+    n = g.ext[g.args[i][0]].data.shape[0]
     if not isinstance(index, (numbers.Integral, np.integer)):
         raise GraphError(f"set: a lookup's new index must be an integer, got {index!r} [at {user_line()}]")
     if not 0 <= index < n:

@@ -136,7 +136,7 @@ class Executor:
     def value(self, i):
         p = self.g.ext.get(i)
         if p is not None:
-            return p.value
+            return p.data
         o = self.offs[i]
         return self.buf[o:o + self.g.sizes[i]].reshape(self.g.shapes[i])
 
@@ -382,6 +382,8 @@ class Executor:
         gbuf[:self.top] = 0
         if i not in g.ext:
             gbuf[self.offs[i]] = 1
+        elif g.needs[i]:            # backward from a parameter itself (DyNet: its gradient gets 1)
+            self._add_shared(gbuf, i, xp.ones(1, dtype=self.dtype))
         needs = g.needs
         if full:
             # DyNet's backward(full=True): gradients reach every node (inputs too, for

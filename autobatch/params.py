@@ -207,8 +207,8 @@ class Parameter:
         self.xp = rt.backend.xp
         self.dtype = rt.dtype
         self._name = name
-        self.value = self.xp.asarray(_initial(init, shape, self.is_lookup) * scale, dtype=self.dtype)
-        self.grad = self.xp.zeros_like(self.value)
+        self.data = self.xp.asarray(_initial(init, shape, self.is_lookup) * scale, dtype=self.dtype)
+        self.grad = self.xp.zeros_like(self.data)
         self.updated = True     # False: trainers skip it (DyNet's set_updated)
         self.touched = False    # a graph added gradient since the last update
 
@@ -217,22 +217,40 @@ class Parameter:
         return self._name
 
     def shape(self) -> tuple:
-        return tuple(self.value.shape)
+        return tuple(self.data.shape)
 
     def dim(self):
         return (self.shape(), 1)
 
     def as_array(self) -> np.ndarray:
         """A host copy of the value."""
-        return runtime.state().backend.to_host(self.value).copy()
+        return runtime.state().backend.to_host(self.data).copy()
 
     # A parameter's value does not depend on any graph, so recalculate (DyNet: re-run the
     # forward pass) changes nothing here. DyNet's re-run also redraws the random nodes
     # (dropout, noise) of the current graph; reading a parameter here leaves them alone.
     def npvalue(self, recalculate: bool = False) -> np.ndarray:
-        """The value (as_array). A lookup table is (n_rows, *row) as in as_array
-        (DyNet's npvalue gives it transposed, (row_dim, n_rows))."""
-        return self.as_array()
+        """The value as a host array, as DyNet's: a dense parameter as as_array(), a lookup
+        table with the rows LAST, (*row_shape, n_rows), where as_array() puts them first."""
+        a = self.as_array()
+        return np.moveaxis(a, 0, -1) if self.is_lookup else a
+
+    def value(self, recalculate: bool = False):
+        """As DyNet's Parameters.value(), which reads the parameter's expression: a float for
+        one element, a list for a vector, an array otherwise (a lookup table: npvalue()).
+        The array itself, to read or write in place, is ``.data`` (NumPy or CuPy)."""
+        a = self.npvalue()
+        if a.size == 1 and not self.is_lookup:
+            return float(a.reshape(()))
+        return a.tolist() if a.ndim == 1 else a
+
+    def forward(self, recalculate: bool = False) -> None:
+        """DyNet's forward() on a parameter: nothing to compute, its value is always there."""
+
+    def backward(self, full: bool = False) -> None:
+        """backward() from the parameter's expression in the current graph, as DyNet's: it
+        must hold one element (it then receives gradient 1)."""
+        self.expr().backward(full)
 
     def grad_as_array(self) -> np.ndarray:
         return runtime.state().backend.to_host(self.grad).copy()
@@ -262,10 +280,10 @@ class Parameter:
     def set_value(self, arr) -> None:
         """Copy ``arr`` (NumPy, CuPy or a nested list of the parameter's exact shape) into the value."""
         arr = _host_or_device(arr)
-        if tuple(arr.shape) != tuple(self.value.shape):
-            raise ValueError(f"set_value: parameter {self._name or ''} has shape {tuple(self.value.shape)}, "
+        if tuple(arr.shape) != tuple(self.data.shape):
+            raise ValueError(f"set_value: parameter {self._name or ''} has shape {tuple(self.data.shape)}, "
                              f"got an array of shape {tuple(arr.shape)}")
-        self.value[...] = self.xp.asarray(arr, dtype=self.dtype)
+        self.data[...] = self.xp.asarray(arr, dtype=self.dtype)
 
     # --- files (DyNet's text format, as ParameterCollection.save) ---------------------
     def save(self, fname: str, key: str = "", append: bool = False) -> None:
@@ -304,7 +322,7 @@ class Parameter:
 
     def zero(self) -> None:
         """Set the value (not the gradient) to zero, as DyNet's ``zero()``."""
-        self.value[...] = 0
+        self.data[...] = 0
 
     def zero_grad(self) -> None:
         self.grad[...] = 0
@@ -316,13 +334,13 @@ class Parameter:
             self.zero_grad()
 
     def scale(self, s: float) -> None:
-        self.value *= s
+        self.data *= s
 
     def scale_gradient(self, s: float) -> None:
         self.grad *= s
 
     def clip_inplace(self, left: float, right: float) -> None:
-        self.xp.clip(self.value, left, right, out=self.value)
+        self.xp.clip(self.data, left, right, out=self.data)
 
     def set_updated(self, b: bool) -> None:
         self.updated = bool(b)
@@ -369,26 +387,26 @@ class LookupParameter(Parameter):
         return lookup(self, i)
 
     def __len__(self):
-        return self.value.shape[0]
+        return self.data.shape[0]
 
     def init_from_array(self, arr) -> None:
         self.set_value(arr)
 
     def _row(self, i) -> int:
-        n = self.value.shape[0]
+        n = self.data.shape[0]
         if not isinstance(i, (int, np.integer)) or not 0 <= i < n:
-            raise IndexError(f"row {i!r} out of range for a lookup table of shape {tuple(self.value.shape)}")
+            raise IndexError(f"row {i!r} out of range for a lookup table of shape {tuple(self.data.shape)}")
         return int(i)
 
     def init_row(self, i: int, row) -> None:
         i = self._row(i)
         row = _host_or_device(row)
-        if tuple(row.shape) != tuple(self.value.shape[1:]):
-            raise ValueError(f"init_row: rows have shape {tuple(self.value.shape[1:])}, got {tuple(row.shape)}")
-        self.value[i] = self.xp.asarray(row, dtype=self.dtype)
+        if tuple(row.shape) != tuple(self.data.shape[1:]):
+            raise ValueError(f"init_row: rows have shape {tuple(self.data.shape[1:])}, got {tuple(row.shape)}")
+        self.data[i] = self.xp.asarray(row, dtype=self.dtype)
 
     def row_as_array(self, i: int) -> np.ndarray:
-        return runtime.state().backend.to_host(self.value[self._row(i)]).copy()
+        return runtime.state().backend.to_host(self.data[self._row(i)]).copy()
 
     def rows_as_array(self, rows) -> np.ndarray:
         return np.stack([self.row_as_array(i) for i in rows])
@@ -509,7 +527,7 @@ class ParameterCollection:
         if lam:
             for p in self.all_parameters():
                 if p.updated:
-                    p.value *= 1.0 - lam
+                    p.data *= 1.0 - lam
 
     def subcollections(self) -> list:
         return [x for x in self._items if isinstance(x, ParameterCollection)]
@@ -540,7 +558,7 @@ class ParameterCollection:
         return self.add_lookup_parameters(a.shape, NumpyInitializer(a), name)
 
     def parameter_count(self) -> int:
-        return sum(int(p.value.size) for p in self.all_parameters())
+        return sum(int(p.data.size) for p in self.all_parameters())
 
     def all_parameters(self) -> list:
         return self.parameters_list() + self.lookup_parameters_list()

@@ -153,21 +153,21 @@ class Trainer:
     def _state(self, p: Parameter) -> list:
         aux = self._aux.get(p)
         if aux is None:
-            aux = self._aux[p] = [p.xp.zeros_like(p.value) for _ in range(self._n_aux)]
+            aux = self._aux[p] = [p.xp.zeros_like(p.data) for _ in range(self._n_aux)]
         return aux
 
     def _apply(self, p: Parameter, rows, gscale: float) -> None:
         aux = self._state(p)
         if rows is None and self._inplace is not None:
-            self._inplace(p.value, p.grad, aux, gscale, p.xp)
+            self._inplace(p.data, p.grad, aux, gscale, p.xp)
         elif rows is None:
-            new_x, new_aux = self._rule(p.value, p.grad, aux, gscale, p.xp)
-            p.value[...] = new_x
+            new_x, new_aux = self._rule(p.data, p.grad, aux, gscale, p.xp)
+            p.data[...] = new_x
             for a, n in zip(aux, new_aux):
                 a[...] = n
         else:
-            new_x, new_aux = self._rule(p.value[rows], p.grad[rows], [a[rows] for a in aux], gscale, p.xp)
-            p.value[rows] = new_x
+            new_x, new_aux = self._rule(p.data[rows], p.grad[rows], [a[rows] for a in aux], gscale, p.xp)
+            p.data[rows] = new_x
             for a, n in zip(aux, new_aux):
                 a[rows] = n
 

@@ -154,7 +154,7 @@ def test_parameters_live_on_device_and_npvalue_is_host(gpu):
     cp = gpu.xp
     m = dy.ParameterCollection()
     W = m.add_parameters((3, 2))
-    assert isinstance(W.value, cp.ndarray) and isinstance(W.grad, cp.ndarray)
+    assert isinstance(W.data, cp.ndarray) and isinstance(W.grad, cp.ndarray)
     dy.renew_cg()
     y = W * dy.inputVector([1.0, 2.0])
     v = y.npvalue()

@@ -248,7 +248,7 @@ def test_apply_weight_decay(backend):
     np.testing.assert_allclose(V.as_array(), [0.9, 0.9], rtol=1e-6)
     np.testing.assert_allclose(E.as_array(), np.full((3, 2), 1.8), rtol=1e-6)   # every row
     np.testing.assert_array_equal(F.as_array(), [1, 1])                         # frozen: kept
-    assert W.value.dtype == np.float32
+    assert W.data.dtype == np.float32
 
 
 # DyNet 2.1's values (expressions of W and E's rows) after each update, for the program

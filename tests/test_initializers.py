@@ -17,8 +17,8 @@ from conftest import to_np
 def test_identity_dense_and_lookup(backend):
     m = dy.ParameterCollection()
     p = m.add_parameters((4, 4), init=IdentityInitializer())
-    assert p.value.dtype == np.float32
-    np.testing.assert_array_equal(to_np(p.value), np.eye(4))
+    assert p.data.dtype == np.float32
+    np.testing.assert_array_equal(to_np(p.data), np.eye(4))
     # DyNet sees the table (n, n) as one square matrix: identity too
     e = m.add_lookup_parameters((3, 3), init=IdentityInitializer())
     np.testing.assert_array_equal(e.as_array(), np.eye(3))
@@ -100,7 +100,7 @@ def numfile(tmp_path):
 def test_from_file_dense_order(numfile, shape, expected, backend):
     f = numfile("1 2 3\n4 5 6\n")
     p = dy.ParameterCollection().add_parameters(shape, init=FromFileInitializer(f))
-    np.testing.assert_array_equal(to_np(p.value), expected)
+    np.testing.assert_array_equal(to_np(p.data), expected)
 
 
 def test_from_file_lookup_order(numfile):

@@ -226,5 +226,5 @@ def test_state_arrays_follow_backend(backend):
     tr.update()
     for arrs in tr._aux.values():
         for a in arrs:
-            assert type(a) is type(W.value)
-    assert to_np(W.value).shape == (3, 4)
+            assert type(a) is type(W.data)
+    assert to_np(W.data).shape == (3, 4)

@@ -103,9 +103,9 @@ def test_trace_reused_and_renewed_on_shape_change(f64):
         dy.renew_cg()
         dy.sum_elems(m.cell(gs, word=words, label=labels)["loss"]).value()
     assert m.cell.n_traced == 2
-    m.Wout.value = np.zeros((5, 4))                 # a parameter changed shape: trace again
+    m.Wout.data = np.zeros((5, 4))                 # a parameter changed shape: trace again
     m.Wout.grad = np.zeros((5, 4))
-    m.bout.value = np.zeros(5)
+    m.bout.data = np.zeros(5)
     m.bout.grad = np.zeros(5)
     dy.renew_cg()
     dy.sum_elems(m.cell(gs, word=words, label=labels)["loss"]).value()

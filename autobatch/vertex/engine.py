@@ -104,7 +104,7 @@ class Run:
     def _x(self, K, a, stacked, r0, r1):
         t = K.t
         if t.is_param[a]:
-            v = t.src[a][1].value
+            v = t.src[a][1].data
             return self.xp.broadcast_to(v, (r1 - r0,) + v.shape) if stacked else v
         return K.buf[a][r0:r1]
 
@@ -326,7 +326,7 @@ class Run:
                     g = seg[K.rows.gids]
                     if K.t.is_param[s]:
                         _, p, u = K.t.src[s]
-                        pg.setdefault(self.pindex[(id(p), u)], []).append(g.sum(axis=0).reshape(p.value.shape))
+                        pg.setdefault(self.pindex[(id(p), u)], []).append(g.sum(axis=0).reshape(p.data.shape))
                     else:
                         K.g[s] += g.reshape(K.g[s].shape)
         dup = plan.shared_children
@@ -402,13 +402,13 @@ class Run:
             dense = [g for g in gl if not hasattr(g, "rows")]
             rows = [g for g in gl if hasattr(g, "rows")]
             if dense:
-                d = dense[0].reshape(p.value.shape).copy() if len(dense) == 1 else sum(g.reshape(p.value.shape) for g in dense)
+                d = dense[0].reshape(p.data.shape).copy() if len(dense) == 1 else sum(g.reshape(p.data.shape) for g in dense)
                 for r in rows:
-                    _add_at(xp, d, xp.asarray(r.rows), r.vals.reshape((-1,) + p.value.shape[1:]))
+                    _add_at(xp, d, xp.asarray(r.rows), r.vals.reshape((-1,) + p.data.shape[1:]))
                 out.append(d)
             else:
                 r = xp.concatenate([xp.asarray(r.rows).reshape(-1) for r in rows])
-                v = xp.concatenate([r.vals.reshape((-1,) + p.value.shape[1:]) for r in rows])
+                v = xp.concatenate([r.vals.reshape((-1,) + p.data.shape[1:]) for r in rows])
                 out.append(RowGrad(r, v).summed(xp))
         return out
 

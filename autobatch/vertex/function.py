@@ -223,7 +223,7 @@ class VertexFunction:
     def _check_params(self):
         for t in self.traces.values():
             for (_, p, _), s in zip(t.params, t.param_shapes):
-                if tuple(p.value.shape) != s:
+                if tuple(p.data.shape) != s:
                     self.clear()
                     return
 

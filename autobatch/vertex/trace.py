@@ -95,7 +95,7 @@ class TraceGraph(ThroughAdd):
         key = (id(p), bool(update))
         n = self.pnode.get(key)
         if n is None:
-            n = self.pnode[key] = self._new((PARAM, p, bool(update)), None, p.value.shape)
+            n = self.pnode[key] = self._new((PARAM, p, bool(update)), None, p.data.shape)
             self.ext[n] = p
         return n
 
@@ -200,7 +200,7 @@ class Vertex:
         tg = self._tg
         if type(x) is Expression and x.cg is tg:
             return x.i
-        if hasattr(x, "value") and hasattr(x, "grad") and hasattr(x, "shape"):   # a Parameter
+        if hasattr(x, "data") and hasattr(x, "grad") and hasattr(x, "shape"):   # a Parameter
             return tg.pid(x)
         raise GraphError(f"vertex function {self._fn.name}: {what} needs Expressions computed inside F, "
                          f"got {type(x).__name__} [at {user_line()}]")
@@ -219,7 +219,7 @@ class Trace:
                       if type(x) is Expression for s in [x.i]]
         self.bounds = {x.name: x.bound for x in v.pulled.values() if isinstance(x, VertexIndex)}
         self.params = [(s, src[1], src[2]) for s, src in enumerate(tg.src) if src[0] == PARAM]
-        self.param_shapes = [tuple(p.value.shape) for _, p, _ in self.params]
+        self.param_shapes = [tuple(p.data.shape) for _, p, _ in self.params]
         n = len(self.src)
         dep = [False] * n                   # depends on a gather
         for s, src in enumerate(self.src):
