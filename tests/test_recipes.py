@@ -11,7 +11,8 @@ from autobatch import recipes, runtime
 from autobatch.errors import GraphError, StaleExpressionError
 
 COLUMNS = ("ops", "args", "attrs", "datas", "shapes", "sizes", "sigs", "depths", "needs", "uses", "sig_op")
-BUILDERS = (dy.VanillaLSTMBuilder, dy.SimpleRNNBuilder, dy.GRUBuilder)
+BUILDERS = (dy.VanillaLSTMBuilder, dy.SimpleRNNBuilder, dy.GRUBuilder,
+            lambda *a: dy.VanillaLSTMBuilder(*a, ln_lstm=True))     # DyNet's layer-normalised LSTM
 
 
 def _program(kind, layers, lens, start, update, drop, stepwise=False):
@@ -29,7 +30,7 @@ def _program(kind, layers, lens, start, update, drop, stepwise=False):
     for k, n in enumerate(lens):
         vecs = None
         if start[k]:
-            per = 2 * layers if kind == 0 else layers
+            per = 2 * layers if kind in (0, 3) else layers
             vecs = [dy.tanh(dy.lookup(S, (k + j) % 7)) for j in range(per)]
         s = b.initial_state(vecs, update=bool(update[k]))
         # constant inputs and update=False parameters make nodes that need no gradient
@@ -55,7 +56,7 @@ def _build(replay, *spec, stepwise=False):
 
 
 @settings(max_examples=40, deadline=None)
-@given(kind=st.integers(0, 2), layers=st.integers(1, 2),
+@given(kind=st.integers(0, 3), layers=st.integers(1, 2),
        lens=st.lists(st.integers(0, 5), min_size=1, max_size=4), data=st.data(), drop=st.booleans())
 def test_replay_builds_the_same_graph(kind, layers, lens, data, drop):
     start = data.draw(st.lists(st.booleans(), min_size=len(lens), max_size=len(lens)))
@@ -81,7 +82,7 @@ def _assert_same_columns(g, cols):
             assert type(u) is type(v) and (np.array_equal(u, v) if isinstance(u, np.ndarray) else u == v), c
 
 
-@pytest.mark.parametrize("kind", range(3))
+@pytest.mark.parametrize("kind", range(len(BUILDERS)))
 def test_transduce_steps_without_state_objects_only_when_plain(kind):
     """The fast loop runs for plain sequences; dropout and inputs it cannot check up front
     (a wrong shape) take add_input's path, which reports the bad step."""
