@@ -17,6 +17,18 @@ from autobatch.vertex import fuse
 from test_vertex import TreeLSTM, _close, _run, _tree_batch
 
 
+def _unfused(pc, build, emulated):
+    """The same run with fusion switched off: it must launch no generated kernel."""
+    fuse.ENABLED = False
+    try:
+        emulated.clear()
+        plain = _run(pc, build)
+        assert not emulated
+    finally:
+        fuse.ENABLED = True
+    return plain
+
+
 def _chain_model():
     """A vertex function whose front phase is a run of every fusable op kind, with a parameter
     (broadcast) inside the run and an op that cannot be fused (log) splitting it."""
@@ -85,14 +97,7 @@ def test_fused_mode_matches_unfused(f64, emulated, model):
             return dy.sum_elems(m.cell(gs, word=words, label=labels)["loss"])
     fused = _run(pc, build)
     assert emulated, "no group was launched"
-    fuse.ENABLED = False
-    try:
-        emulated.clear()
-        plain = _run(pc, build)
-        assert not emulated
-    finally:
-        fuse.ENABLED = True
-    _close(fused, plain, 1e-12)
+    _close(fused, _unfused(pc, build, emulated), 1e-12)
 
 
 def test_fused_mode_counts_fewer_launches(emulated):
@@ -121,13 +126,29 @@ def _standalone_source(group, ctype):
             + "\n  ".join(binds) + "\n" + group.body + "\n}\n")
 
 
-@pytest.mark.parametrize("ctype", ["float", "double"])
-def test_generated_kernels_compile_with_nvrtc(ctype):
+def _nvrtc():
     try:
         from cupy.cuda import nvrtc
         nvrtc.getVersion()
     except Exception as e:
         pytest.skip(f"NVRTC is not available ({type(e).__name__})")
+    return nvrtc
+
+
+def _compile(nvrtc, src):
+    prog = nvrtc.createProgram(src, "fused.cu", [], [])
+    try:
+        try:
+            nvrtc.compileProgram(prog, ["--gpu-architecture=compute_60"])
+        except Exception:
+            pytest.fail(f"does not compile:\n{src}\n{nvrtc.getProgramLog(prog)}")
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+@pytest.mark.parametrize("ctype", ["float", "double"])
+def test_generated_kernels_compile_with_nvrtc(ctype):
+    nvrtc = _nvrtc()
     pc, f = _chain_model()
     gs, xs = _graphs(np.random.default_rng(4))
     dy.renew_cg()
@@ -135,15 +156,7 @@ def test_generated_kernels_compile_with_nvrtc(ctype):
     groups = [g for t in f.last_run.traces for g in fuse.plan(t)[0].values()]
     assert groups
     for g in groups:
-        src = _standalone_source(g, ctype)
-        prog = nvrtc.createProgram(src, "fused.cu", [], [])
-        try:
-            try:
-                nvrtc.compileProgram(prog, ["--gpu-architecture=compute_60"])
-            except Exception:
-                pytest.fail(f"does not compile:\n{src}\n{nvrtc.getProgramLog(prog)}")
-        finally:
-            nvrtc.destroyProgram(prog)
+        _compile(nvrtc, _standalone_source(g, ctype))
 
 
 # --- every op with a C expression -------------------------------------------------------------
@@ -220,14 +233,7 @@ def test_each_c_expr_op_fused_matches_unfused(f64, emulated, name):
     assert len(emulated) >= len(groups)
     called = {c for _, g in groups for c in re.findall(r"\b([A-Za-z_]\w*)\s*\(", g.body)}
     assert called <= set(fuse.C_FUNCTIONS), f"emulate() lacks {sorted(called - set(fuse.C_FUNCTIONS))}"
-    fuse.ENABLED = False
-    try:
-        emulated.clear()
-        plain = _run(pc, build)
-        assert not emulated
-    finally:
-        fuse.ENABLED = True
-    _close(fused, plain, 1e-12)
+    _close(fused, _unfused(pc, build, emulated), 1e-12)
     assert np.abs(fused[1][0]).sum() > 0
 
 
@@ -241,11 +247,7 @@ def test_emulate_hides_python_builtins():
 @pytest.mark.parametrize("ctype", ["float", "double"])
 def test_each_c_expr_op_compiles_with_nvrtc(ctype):
     """Every op's C expression (its C functions exist for float and double) in one program."""
-    try:
-        from cupy.cuda import nvrtc
-        nvrtc.getVersion()
-    except Exception as e:
-        pytest.skip(f"NVRTC is not available ({type(e).__name__})")
+    nvrtc = _nvrtc()
     src = []
     for k, name in enumerate(sorted(ONE_OP)):
         pc, f = _one_op_model(ONE_OP[name])
@@ -256,11 +258,4 @@ def test_each_c_expr_op_compiles_with_nvrtc(ctype):
             src.append(_standalone_source(g, ctype).replace("void fused(", f"void fused_{k}_{j}(")
                        .replace(f"typedef {ctype} T;\n", ""))
     src = f"typedef {ctype} T;\n" + "".join(src)
-    prog = nvrtc.createProgram(src, "fused.cu", [], [])
-    try:
-        try:
-            nvrtc.compileProgram(prog, ["--gpu-architecture=compute_60"])
-        except Exception:
-            pytest.fail(f"does not compile:\n{src}\n{nvrtc.getProgramLog(prog)}")
-    finally:
-        nvrtc.destroyProgram(prog)
+    _compile(nvrtc, src)
