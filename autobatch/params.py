@@ -261,10 +261,13 @@ class Parameter:
         return self.grad_as_array()
 
     def scalar_value(self, recalculate: bool = False) -> float:
-        """The value of a one-element parameter as a float."""
+        """The value of a one-element parameter as a float (a lookup table has none, as in DyNet)."""
+        from .errors import GraphError, user_line
+        if self.is_lookup:
+            raise GraphError(f"scalar_value() is not applicable to lookup parameter {self._name or ''} "
+                             f"(read a row: E[i].scalar_value()) [at {user_line()}]")
         a = self.as_array()
         if a.size != 1:
-            from .errors import GraphError, user_line
             raise GraphError(f"scalar_value() on parameter {self._name or ''} of shape {a.shape}: "
                              f"it needs exactly one element [at {user_line()}]")
         return float(a.reshape(()))

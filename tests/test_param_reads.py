@@ -44,6 +44,16 @@ def test_value_reads_as_the_parameters_expression(backend):
     np.testing.assert_array_equal(to_np(W.data), W_VAL)
 
 
+def test_scalar_value_of_a_lookup_table_is_an_error_as_in_dynet():
+    m = dy.ParameterCollection()
+    E = m.add_lookup_parameters((1, 1), init=np.array([[2.0]]))
+    with pytest.raises(GraphError, match=r"scalar_value\(\) is not applicable to lookup parameter.*E\[i\]"):
+        E.scalar_value()
+    dy.renew_cg()
+    assert E[0].scalar_value() == 2.0
+    assert m.add_parameters(1, init=np.array([3.0])).scalar_value() == 3.0
+
+
 def test_data_is_the_live_array(backend):
     _, W, _, _, E, _ = _model()
     W.data[1, 2] = 7.0                                # trainers and users write in place here
