@@ -29,8 +29,8 @@ from .graph import ComputationGraph, Expression, cg, renew_cg
 from .dynet_params import DynetParams, init, init_from_params  # noqa: F401
 from .params import (ConstInitializer, FromFileInitializer, GlorotInitializer, IdentityInitializer,  # noqa: F401
                      LookupParameter, Model, NormalInitializer, NumpyInitializer, Parameter,
-                     ParameterCollection, PyInitializer, SaxeInitializer, UniformInitializer, load,
-                     load_generator, save)
+                     ParameterCollection, PyInitializer, SaxeInitializer, UniformInitializer)
+from .saving import load, load_generator, save  # noqa: F401
 from .runtime import (Strategy, default_strategy, reset_random_seed, set_backend, set_debug,
                       set_default_strategy, set_dropout, set_dtype)
 from .stats import summary as stats_summary

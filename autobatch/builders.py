@@ -333,7 +333,9 @@ class VanillaLSTMBuilder(_Builder):
 
     The forget slice of b starts at forget_bias (DyNet keeps b at 0 and adds a constant
     forget_bias, default 1, at every step: the same at initialisation, one node fewer per
-    step; weights copied from DyNet need forget_bias added to that slice). Dropout is
+    step; weights copied from DyNet with set_value need forget_bias added to that slice;
+    files -- ParameterCollection.save/populate, dy.save/dy.load -- hold b as DyNet's, without
+    it, and convert on the way in and out). Dropout is
     DyNet's variational dropout: masks on x and h_prev drawn once per initial_state()
     (DyNet draws them once per graph; here each sequence, an instance, has its own).
 
@@ -398,6 +400,8 @@ class VanillaLSTMBuilder(_Builder):
         b = np.zeros(4 * H)
         b[H:2 * H] = self.forget_bias
         P = [Wx, Wh, m.add_parameters((4 * H,), NumpyInitializer(b))]
+        if self.forget_bias:    # files hold b as DyNet's does: without the forget bias
+            P[2].file_offset = (H, 2 * H, self.forget_bias)
         if self.ln_lstm:        # DyNet's order: g_h, b_h, g_x, b_x, g_c, b_c
             for n in (4 * H, 4 * H, H):
                 P += [m.add_parameters((n,), ConstInitializer(1.0)), m.add_parameters((n,), ConstInitializer(0.0))]

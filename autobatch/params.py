@@ -4,7 +4,6 @@ A parameter owns its value and an accumulated gradient, both arrays of the activ
 backend; graphs read the value and add into the gradient, trainers apply it."""
 from __future__ import annotations
 
-import json
 import math
 import os
 
@@ -201,6 +200,9 @@ class Parameter:
     """A dense parameter tensor. Usable directly in expressions (``W * x + b``)."""
 
     is_lookup = False
+    # (lo, hi, v): files hold value[lo:hi] - v (an LSTM's b, whose forget slice DyNet keeps
+    # without the forget bias it adds at every step); None: files hold the value itself
+    file_offset = None
 
     def __init__(self, shape, init=None, name="", scale=1.0):
         rt = runtime.state()
@@ -575,6 +577,7 @@ class ParameterCollection:
 
         ``save(path, [objects])`` (DyNet 1's form) is ``dy.save(path, [objects])``."""
         if isinstance(name, (list, tuple)):
+            from .saving import save
             return save(fname, name)
         if not isinstance(name, str):
             raise TypeError(f"save: name must be a str, got {type(name).__name__}")
@@ -657,6 +660,7 @@ class ParameterCollection:
 
     def load(self, path: str) -> list:
         """DyNet 1's ``model.load(fname)``: ``dy.load(path, self)``."""
+        from .saving import load
         return load(path, self)
 
     # --- undo for load(): a failed load leaves the collection as it was --------------
@@ -667,167 +671,6 @@ class ParameterCollection:
         n, taken, taken_sub = mark
         del self._items[n:]
         self._taken, self._taken_sub = taken, taken_sub
-
-
-# --- dy.save / dy.load ---------------------------------------------------------------
-_FORMAT = "autobatch-objects"
-
-
-def _spec_out(v, where: str):
-    """A spec as JSON: tuples become lists, classes {"class": "module:qualname"}."""
-    if v is None or isinstance(v, (bool, int, float, str)):
-        return v
-    if isinstance(v, (np.integer, np.floating)):
-        return v.item()
-    if isinstance(v, (list, tuple)):
-        return [_spec_out(x, where) for x in v]
-    if isinstance(v, dict) and all(isinstance(k, str) for k in v):
-        return {"dict": {k: _spec_out(x, where) for k, x in v.items()}}
-    if isinstance(v, type):
-        return {"class": f"{v.__module__}:{v.__qualname__}"}
-    raise TypeError(f"save: {where}: its spec holds a {type(v).__name__}, which cannot be saved "
-                    "(specs may hold numbers, strings, lists, tuples, dicts and classes)")
-
-
-def _class(name: str):
-    import importlib
-    mod, _, qual = name.partition(":")
-    try:
-        obj = importlib.import_module(mod)
-        for part in qual.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"load: class {name} named in the file cannot be found ({e})") from None
-    if not isinstance(obj, type):
-        raise ValueError(f"load: {name} named in the file is not a class")
-    return obj
-
-
-def _spec_in(v):
-    if isinstance(v, list):
-        return [_spec_in(x) for x in v]
-    if isinstance(v, dict):
-        if "class" in v:
-            return _class(v["class"])
-        return {k: _spec_in(x) for k, x in v["dict"].items()}
-    return v
-
-
-def _params_of(obj) -> tuple:
-    pc = obj.param_collection()
-    if not isinstance(pc, ParameterCollection):
-        raise TypeError(f"save: {type(obj).__name__}.param_collection() must return a ParameterCollection")
-    return pc.parameters_list(), pc.lookup_parameters_list()
-
-
-def save(basename: str, objects) -> None:
-    """Write parameters, lookup parameters and builders (any object with ``param_collection()``,
-    a ``spec`` and a static ``from_spec(spec, model)``, as DyNet's) to basename.data (an .npz
-    of their values) and basename.meta (JSON: what each object is). ``load(basename, model)``
-    re-creates them. The format is autobatch's own: DyNet cannot read it, nor it DyNet's."""
-    objects = list(objects)
-    arrays, meta = {}, []
-
-    def put(p):
-        k = f"a{len(arrays)}"
-        arrays[k] = p.as_array()
-        return k
-    for j, o in enumerate(objects):
-        if isinstance(o, Parameter):
-            meta.append({"kind": "lookup" if o.is_lookup else "param", "name": o.name(), "array": put(o)})
-            continue
-        where = f"object {j} ({type(o).__name__})"
-        cls = type(o)
-        if not (hasattr(o, "param_collection") and hasattr(o, "spec") and hasattr(cls, "from_spec")):
-            raise TypeError(f"save: {where} is not a Parameter, a LookupParameter or an object with "
-                            "param_collection(), spec and from_spec(spec, model)")
-        if o.spec is None:
-            raise TypeError(f"save: {where} has no spec (e.g. a BiRNNBuilder made from builder_layers): "
-                            "it cannot be re-created; save its builders instead")
-        dense, lookups = _params_of(o)
-        meta.append({"kind": "object", "class": f"{cls.__module__}:{cls.__qualname__}",
-                     "spec": _spec_out(o.spec, where),
-                     "params": [put(p) for p in dense], "lookups": [put(p) for p in lookups]})
-    text = json.dumps({"format": _FORMAT, "version": 1, "objects": meta})
-    with open(basename + ".data", "wb") as f:
-        np.savez(f, **arrays)
-    with open(basename + ".meta", "w") as f:
-        f.write(text)
-
-
-def _read_meta(basename: str):
-    for ext in (".meta", ".data"):
-        if not os.path.exists(basename + ext):
-            raise FileNotFoundError(basename + ext)
-    try:
-        with open(basename + ".meta") as f:
-            meta = json.load(f)
-        ok = isinstance(meta, dict) and meta.get("format") == _FORMAT
-    except (UnicodeDecodeError, ValueError):
-        ok = False
-    if not ok:
-        raise ValueError(f"load: {basename}.meta was not written by autobatch's save "
-                         "(DyNet's own .data/.meta files cannot be read)")
-    if meta.get("version") != 1:
-        raise ValueError(f"load: {basename}.meta has format version {meta.get('version')}, this autobatch reads 1")
-    try:
-        with np.load(basename + ".data", allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except (ValueError, OSError) as e:
-        raise ValueError(f"load: {basename}.data is not readable ({e})") from None
-    return meta["objects"], arrays
-
-
-def load_generator(basename: str, model: ParameterCollection):
-    """``load`` as a generator (DyNet's name). All objects are checked and created before
-    the first is yielded, so that an error still leaves model as it was."""
-    yield from load(basename, model)
-
-
-def load(basename: str, model: ParameterCollection) -> list:
-    """The objects ``save(basename, objects)`` wrote, re-created in model with their saved
-    values, in the same order. Everything is checked before values are set; on an error
-    model is left as it was."""
-    if not isinstance(model, ParameterCollection):
-        raise TypeError(f"load: model must be a ParameterCollection, got {type(model).__name__}")
-    entries, arrays = _read_meta(basename)
-    for e in entries:
-        for k in [e.get("array")] + e.get("params", []) + e.get("lookups", []):
-            if k is not None and k not in arrays:
-                raise ValueError(f"load: {basename}.data lacks array {k} named in {basename}.meta")
-    mark = model._mark()
-    try:
-        out, todo = [], []
-        for j, e in enumerate(entries):
-            if e.get("kind") not in ("param", "lookup", "object"):
-                raise ValueError(f"load: entry {j} of {basename}.meta has unknown kind {e.get('kind')!r}")
-            if e["kind"] in ("param", "lookup"):
-                a = arrays[e["array"]]
-                base = e["name"].rstrip("/").rsplit("/", 1)[-1]
-                name = "" if base.startswith("_") and base[1:].isdigit() else base
-                add = model.add_lookup_parameters if e["kind"] == "lookup" else model.add_parameters
-                out.append(add(a.shape, ConstInitializer(0.0), name))
-                todo.append((out[-1], a))
-                continue
-            cls = _class(e["class"])
-            obj = cls.from_spec(_spec_in(e["spec"]), model)
-            dense, lookups = _params_of(obj)
-            for what, mine, keys in (("parameters", dense, e["params"]), ("lookup parameters", lookups, e["lookups"])):
-                if len(mine) != len(keys):
-                    raise ValueError(f"load: object {j} ({cls.__name__}) was saved with {len(keys)} {what}, "
-                                     f"from_spec made {len(mine)}")
-                for p, k in zip(mine, keys):
-                    if arrays[k].shape != p.shape():
-                        raise ValueError(f"load: object {j} ({cls.__name__}): saved {what[:-1]} of shape "
-                                         f"{arrays[k].shape}, from_spec made {p.name()} of shape {p.shape()}")
-                    todo.append((p, arrays[k]))
-            out.append(obj)
-    except BaseException:
-        model._undo(mark)
-        raise
-    for p, a in todo:
-        p.set_value(a)
-    return out
 
 
 Model = ParameterCollection

@@ -48,6 +48,11 @@ def _numbers(flat, fmt: str) -> str:
 
 def _entry_text(p, name: str) -> str:
     a, g = p.as_array(), p.grad_as_array()
+    if p.file_offset is not None:
+        # in float64 with 17 digits, so that reading it back and adding the offset is exact
+        lo, hi, v = p.file_offset
+        a = a.astype(np.float64)
+        a[lo:hi] -= v
     # DyNet writes 9 significant digits (exact for float32); float64 needs 17
     fmt = "%+.8e " if a.dtype.itemsize <= 4 else "%+.16e "
     full = bool(g.any())
@@ -158,7 +163,13 @@ def read_saved(path, where: str) -> list:
 
 
 def restore(p, value, grad) -> None:
-    """Set p's value, and its gradient where the file holds one (as DyNet's populate)."""
+    """Set p's value, and its gradient where the file holds one (as DyNet's populate). grad
+    None: an .npz of autobatch's first format, which held values as they are in memory;
+    the text format holds them as DyNet does (see Parameter.file_offset)."""
+    if grad is not None and p.file_offset is not None:
+        lo, hi, v = p.file_offset
+        value = np.array(value, dtype=np.float64)
+        value[lo:hi] += v
     p.set_value(value)
     if grad is None:
         return

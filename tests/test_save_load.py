@@ -1,14 +1,19 @@
 """Model saving: dy.save / dy.load of parameters, lookup parameters, builders and user
 objects (params.save / params.load), and ParameterCollection.save / populate(key) /
 load_param / load_lookup_param with DyNet's key semantics."""
+import importlib.util
 import json
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
 
 import autobatch as dy
 from autobatch.builders_more import BiRNNBuilder, CoupledLSTMBuilder, StandardSoftmaxBuilder
-from autobatch.params import load, save
+from autobatch import saving
+from autobatch.saving import load, save
 
 
 def _fill(m, seed):
@@ -97,7 +102,7 @@ class Tagger:
     @staticmethod
     def from_spec(spec, model):
         n, d, extra = spec
-        assert extra == {"note": "x", "shape": [n, d]}
+        assert extra == {"note": "x", "shape": (n, d)}     # pickled: tuples stay tuples
         return Tagger(model, n, d)
 
 
@@ -126,43 +131,74 @@ def test_save_errors(tmp_path):
         save(str(tmp_path / "x"), [t])
 
 
+def _files(tmp_path, name, meta: bytes, data: str):
+    (tmp_path / f"{name}.meta").write_bytes(meta)
+    (tmp_path / f"{name}.data").write_text(data)
+    return str(tmp_path / name)
+
+
 def test_load_errors_leave_the_model_unchanged(tmp_path):
     pc = dy.ParameterCollection()
     W = pc.add_parameters((2, 3))
     lstm = dy.VanillaLSTMBuilder(1, 2, 3, pc)
     base = str(tmp_path / "m")
     save(base, [W, lstm])
-    meta = json.loads((tmp_path / "m.meta").read_text())
-    meta["objects"][1]["spec"][2] = 4                  # hidden size no longer matches the arrays
-    (tmp_path / "bad.meta").write_text(json.dumps(meta))
-    (tmp_path / "bad.data").write_bytes((tmp_path / "m.data").read_bytes())
+    data = (tmp_path / "m.data").read_text()
+    w_only = data[:data.index("#Parameter# /vanilla")]
+    rec_w = saving._dumps(("Parameters", "/_0"))
     pc2 = dy.ParameterCollection()
     keep = pc2.add_parameters(3)
-    with pytest.raises(ValueError, match=r"object 1 \(VanillaLSTMBuilder\).*shape"):
-        load(str(tmp_path / "bad"), pc2)
-    assert pc2.parameters_list() == [keep] and pc2.subcollections() == []
-    (W2, _) = load(base, pc2)                         # and the model still works for a good load
-    assert W2.name() == "/_1"
 
-    with pytest.raises(FileNotFoundError):
-        load(str(tmp_path / "nope"), pc2)
-    (tmp_path / "dynet.meta").write_bytes(b"\x80\x04\x95 pickled by DyNet")
-    (tmp_path / "dynet.data").write_text("#Parameter# /W {2,3} 97 ZERO_GRAD\n")
-    with pytest.raises(ValueError, match="not written by autobatch"):
-        load(str(tmp_path / "dynet"), pc2)
-    meta = json.loads((tmp_path / "m.meta").read_text())
-    meta["objects"][0]["array"] = "a99"
-    (tmp_path / "gap.meta").write_text(json.dumps(meta))
-    (tmp_path / "gap.data").write_bytes((tmp_path / "m.data").read_bytes())
-    with pytest.raises(ValueError, match="lacks array a99"):
-        load(str(tmp_path / "gap"), pc2)
-    meta["objects"] = [{"kind": "object", "class": "autobatch.nowhere:Thing", "spec": [], "params": [], "lookups": []}]
-    (tmp_path / "cls.meta").write_text(json.dumps(meta))
-    (tmp_path / "cls.data").write_bytes((tmp_path / "m.data").read_bytes())
-    with pytest.raises(ValueError, match="cannot be found"):
-        load(str(tmp_path / "cls"), pc2)
+    def fails(path, exc, match):
+        with pytest.raises(exc, match=match):
+            load(path, pc2)
+        assert pc2.parameters_list() == [keep] and pc2.subcollections() == []
+
+    # hidden size 4 in the spec: from_spec makes parameters the saved arrays do not fit
+    bad_spec = rec_w + saving._dumps((dy.VanillaLSTMBuilder, (1, 2, 4, False, 1.0), "/vanilla-lstm-builder/"))
+    fails(_files(tmp_path, "spec", bad_spec, data), ValueError, r"object 1 \(VanillaLSTMBuilder\).*shape")
+    fails(_files(tmp_path, "name", saving._dumps(("Parameters", "/W")), w_only), ValueError, "record 0 names Parameters /W, the .data file holds parameter /_0")
+    fails(_files(tmp_path, "extra", rec_w, data), ValueError, "holds 4 parameters.*accounts for 1")
+    fails(_files(tmp_path, "short", (tmp_path / "m.meta").read_bytes(), w_only), ValueError,
+          "needs 3 parameters named /vanilla-lstm-builder/")
+    fails(_files(tmp_path, "junk", b"\x80\x04\x95 not a pickle", data), ValueError, "not a model's index")
+    # the unpickler hands out classes with from_spec only: a file cannot make load() run anything else
+    fails(_files(tmp_path, "popen", b"\x80\x02csubprocess\nPopen\n(X\x04\x00\x00\x00trueR.", data),
+          ValueError, "subprocess.Popen .*not a class with from_spec")
+    fails(_files(tmp_path, "nowhere", b"\x80\x02cautobatch.nowhere\nThing\n.", data), ValueError, "cannot be found")
+    fails(_files(tmp_path, "nodynet", b"\x80\x02c_dynet\nNoSuchBuilder\n.", data), ValueError,
+          "NoSuchBuilder has no counterpart")
+    fails(str(tmp_path / "nope"), FileNotFoundError, "nope")
     with pytest.raises(TypeError, match="ParameterCollection"):
         load(base, [])
+    (W2, _) = load(base, pc2)                         # and the model still works for a good load
+    assert W2.name() == "/_1"
+    np.testing.assert_array_equal(W2.as_array(), W.as_array())
+
+
+def test_older_autobatch_files_still_load(tmp_path):
+    """The first format: a JSON index and an .npz of the arrays."""
+    W, E = np.arange(6.0).reshape(2, 3), np.arange(8.0).reshape(4, 2)
+    lstm_shapes = [(12, 2), (12, 3), (12,)]
+    arrays = {"a0": W, "a1": E, **{f"a{2 + k}": np.full(sh, k + 1.0) for k, sh in enumerate(lstm_shapes)}}
+    meta = {"format": "autobatch-objects", "version": 1, "objects": [
+        {"kind": "param", "name": "/W", "array": "a0"}, {"kind": "lookup", "name": "/_1", "array": "a1"},
+        {"kind": "object", "class": "autobatch.builders:VanillaLSTMBuilder", "spec": [1, 2, 3, False, 1.0],
+         "params": ["a2", "a3", "a4"], "lookups": []}]}
+    (tmp_path / "old.meta").write_text(json.dumps(meta))
+    with open(tmp_path / "old.data", "wb") as f:
+        np.savez(f, **arrays)
+    W2, E2, lstm = load(str(tmp_path / "old"), dy.ParameterCollection())
+    np.testing.assert_array_equal(W2.as_array(), W)
+    np.testing.assert_array_equal(E2.as_array(), E)
+    assert W2.name() == "/W" and type(lstm) is dy.VanillaLSTMBuilder
+    for k, p in enumerate(lstm.get_parameters()[0]):
+        np.testing.assert_array_equal(p.as_array(), np.full(lstm_shapes[k], k + 1.0))
+    meta["objects"][0]["array"] = "a99"
+    (tmp_path / "gap.meta").write_text(json.dumps(meta))
+    (tmp_path / "gap.data").write_bytes((tmp_path / "old.data").read_bytes())
+    with pytest.raises(ValueError, match="lacks array a99"):
+        load(str(tmp_path / "gap"), dy.ParameterCollection())
 
 
 def test_dynet1_model_save_and_load_forms(tmp_path):
@@ -274,3 +310,91 @@ def test_files_without_names_still_populate(tmp_path):
         q.populate(path, "/enc/")
     with pytest.raises(ValueError, match="no parameter names"):
         q.load_param(path, "/W")
+
+
+# --- files exchanged with real DyNet (run in a subprocess: it parses sys.argv at import) -------
+needs_dynet = pytest.mark.skipif(importlib.util.find_spec("dynet") is None, reason="DyNet is not installed")
+_XS = [[1.0, -0.5], [0.25, 2.0], [-1.0, 0.0]]
+_BUILDERS = ("VanillaLSTMBuilder", "GRUBuilder", "SimpleRNNBuilder", "CompactVanillaLSTMBuilder")
+
+
+def _dynet(tmp_path, body):
+    script = f"import numpy as np\nimport dynet as dy\nXS = {_XS!r}\n" + _DYNET_OUTPUTS + textwrap.dedent(body)
+    r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    with np.load(tmp_path / "out.npz") as z:
+        return {k: z[k] for k in z.files}
+
+
+_DYNET_OUTPUTS = """
+def outputs(b):
+    dy.renew_cg()
+    return np.stack([o.npvalue() for o in b.initial_state().transduce([dy.inputVector(x) for x in XS])])
+"""
+
+
+@needs_dynet
+def test_dynet_saves_autobatch_loads(tmp_path):
+    want = _dynet(tmp_path, f"""
+        m = dy.ParameterCollection()
+        W = m.add_parameters((2, 3)); E = m.add_lookup_parameters((4, 2))
+        bs = [getattr(dy, n)(1, 2, 3, m) for n in {_BUILDERS!r}]
+        dy.save("dy", [W, E] + bs)
+        m.save("dy.txt")
+        np.savez("out.npz", W=W.as_array(), E=E.as_array(), **{{f"o{{k}}": outputs(b) for k, b in enumerate(bs)}})
+    """)
+    pc = dy.ParameterCollection()
+    pc.add_parameters(7)                    # a model that already holds something
+    W, E, *bs = load(str(tmp_path / "dy"), pc)
+    np.testing.assert_allclose(W.as_array(), want["W"])
+    np.testing.assert_allclose(E.as_array(), want["E"])
+    for k, (b, name) in enumerate(zip(bs, _BUILDERS)):
+        assert type(b) is getattr(dy, name)
+        np.testing.assert_allclose(np.stack(_run(b, _XS)), want[f"o{k}"], rtol=1e-5, atol=1e-6)
+    # the whole collection in DyNet's text file, into a model built the same way
+    m2 = dy.ParameterCollection()
+    m2.add_parameters((2, 3)), m2.add_lookup_parameters((4, 2))
+    bs2 = [getattr(dy, n)(1, 2, 3, m2) for n in _BUILDERS]
+    m2.populate(str(tmp_path / "dy.txt"))
+    for k, b in enumerate(bs2):
+        np.testing.assert_allclose(np.stack(_run(b, _XS)), want[f"o{k}"], rtol=1e-5, atol=1e-6)
+
+
+def test_files_hold_an_lstm_bias_as_dynet_does(tmp_path):
+    """DyNet keeps the forget slice of b without the forget bias (it adds it at every step);
+    autobatch keeps it inside b: files hold DyNet's value and loading restores ours exactly."""
+    pc = dy.ParameterCollection()
+    lstm = dy.VanillaLSTMBuilder(1, 2, 3, pc, forget_bias=0.75)
+    b = lstm.get_parameters()[0][2]
+    b.set_value(np.linspace(-1, 1, 12))
+    pc.save(str(tmp_path / "m.txt"))
+    text = (tmp_path / "m.txt").read_text().split("\n")
+    row = [float(v) for v in text[text.index(next(t for t in text if "/_2 " in t)) + 1].split()]
+    np.testing.assert_allclose(row, np.linspace(-1, 1, 12) - np.repeat([0, 0.75, 0, 0], 3), atol=1e-7)
+    pc2 = dy.ParameterCollection()
+    lstm2 = dy.VanillaLSTMBuilder(1, 2, 3, pc2, forget_bias=0.75)
+    pc2.populate(str(tmp_path / "m.txt"))
+    np.testing.assert_array_equal(lstm2.get_parameters()[0][2].as_array(), b.as_array())
+    save(str(tmp_path / "d"), [lstm])
+    (lstm3,) = load(str(tmp_path / "d"), dy.ParameterCollection())
+    assert lstm3.forget_bias == 0.75
+    np.testing.assert_array_equal(lstm3.get_parameters()[0][2].as_array(), b.as_array())
+
+
+@needs_dynet
+def test_autobatch_saves_dynet_loads(tmp_path):
+    pc = dy.ParameterCollection()
+    W, E = pc.add_parameters((2, 3)), pc.add_lookup_parameters((4, 2))
+    bs = [getattr(dy, n)(1, 2, 3, pc) for n in _BUILDERS]
+    _fill(pc, 5)
+    save(str(tmp_path / "ab"), [W, E] + bs)
+    got = _dynet(tmp_path, f"""
+        m = dy.ParameterCollection()
+        W, E, *bs = dy.load("ab", m)
+        assert [type(b).__name__ for b in bs] == {list(_BUILDERS)!r}, bs
+        np.savez("out.npz", W=W.as_array(), E=E.as_array(), **{{f"o{{k}}": outputs(b) for k, b in enumerate(bs)}})
+    """)
+    np.testing.assert_allclose(got["W"], W.as_array())
+    np.testing.assert_allclose(got["E"], E.as_array())
+    for k, b in enumerate(bs):
+        np.testing.assert_allclose(got[f"o{k}"], np.stack(_run(b, _XS)), rtol=1e-5, atol=1e-6)

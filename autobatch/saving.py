@@ -1,0 +1,293 @@
+"""dy.save / dy.load: parameters, lookup parameters and builders (any object with
+``param_collection()``, a ``spec`` and a static ``from_spec(spec, model)``) in DyNet's files.
+
+DyNet 2's layout: basename.meta is a run of pickles, one per saved object --
+("Parameters", name), ("LookupParameters", name) or (class, spec, collection name) -- and
+basename.data holds the objects' parameters, in that order, in DyNet's text format
+(textfile.py). autobatch's builders are written as DyNet's classes (``_dynet.GRUBuilder``) and
+DyNet's are read as ours, so the files go both ways. Files of older autobatch versions (JSON
+.meta, .npz .data) are still read.
+
+.meta is read with an unpickler that only hands out classes with ``from_spec`` (and autobatch's
+own): a file cannot make load() call anything else."""
+from __future__ import annotations
+
+import importlib
+import io
+import json
+import os
+import pickle
+
+import numpy as np
+
+from .params import ConstInitializer, Parameter, ParameterCollection
+from .textfile import check_name, read_saved, restore, write_text
+
+_KIND_TAG = {False: "Parameters", True: "LookupParameters"}
+_OLD_FORMAT = "autobatch-objects"
+
+
+# --- specs --------------------------------------------------------------------------------
+def _check_spec(v, where: str) -> None:
+    """Specs may hold numbers, strings, lists, tuples, dicts and classes (what DyNet's builders
+    and user types keep there); anything else could not be read back safely."""
+    if v is None or isinstance(v, (bool, int, float, str, np.integer, np.floating)) or isinstance(v, type):
+        return
+    if isinstance(v, (list, tuple)):
+        for x in v:
+            _check_spec(x, where)
+        return
+    if isinstance(v, dict) and all(isinstance(k, str) for k in v):
+        for x in v.values():
+            _check_spec(x, where)
+        return
+    raise TypeError(f"save: {where}: its spec holds a {type(v).__name__}, which cannot be saved "
+                    "(specs may hold numbers, strings, lists, tuples, dicts and classes)")
+
+
+def _plain(v):
+    """NumPy scalars as Python numbers, so that DyNet's unpickler needs no NumPy."""
+    if isinstance(v, (np.integer, np.floating)):
+        return v.item()
+    if type(v) in (list, tuple):
+        return type(v)(_plain(x) for x in v)
+    if type(v) is dict:
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
+def _dynet_name(cls):
+    """DyNet's name of one of autobatch's DyNet classes (VanillaLSTMBuilder, ...), else None."""
+    import autobatch
+    name = cls.__name__
+    return name if cls.__module__.startswith("autobatch.") and getattr(autobatch, name, None) is cls else None
+
+
+class _Pickler(pickle._Pickler):
+    """Writes autobatch's DyNet classes as DyNet's (``_dynet.GRUBuilder``), which DyNet's load
+    resolves to its own class, and ours back to autobatch's. The pure-Python pickler, because
+    its save_global can be overridden; the standard one would insist on importing _dynet."""
+
+    def save_global(self, obj, name=None):
+        dn = _dynet_name(obj) if isinstance(obj, type) else None
+        if dn is None:
+            return super().save_global(obj, name)
+        self.write(pickle.GLOBAL + b"_dynet\n" + dn.encode("ascii") + b"\n")
+        self.memoize(obj)
+
+
+def _dumps(record) -> bytes:
+    f = io.BytesIO()
+    _Pickler(f, protocol=2).dump(record)
+    return f.getvalue()
+
+
+class _Unpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        if module == "_dynet":
+            import autobatch
+            cls = getattr(autobatch, name, None)
+            if not isinstance(cls, type):
+                raise pickle.UnpicklingError(f"DyNet's {name} has no counterpart in autobatch")
+            return cls
+        cls = _class(f"{module}:{name}")
+        if not (cls.__module__.startswith("autobatch") or hasattr(cls, "from_spec")):
+            raise pickle.UnpicklingError(f"{module}.{name} named in the file is not a class with from_spec")
+        return cls
+
+
+def _class(name: str):
+    mod, _, qual = name.partition(":")
+    try:
+        obj = importlib.import_module(mod)
+        for part in qual.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"load: class {name.replace(':', '.')} named in the file cannot be found ({e})") from None
+    if not isinstance(obj, type):
+        raise ValueError(f"load: {name.replace(':', '.')} named in the file is not a class")
+    return obj
+
+
+def _params_of(obj) -> tuple:
+    pc = obj.param_collection()
+    if not isinstance(pc, ParameterCollection):
+        raise TypeError(f"save: {type(obj).__name__}.param_collection() must return a ParameterCollection")
+    return pc.parameters_list(), pc.lookup_parameters_list()
+
+
+# --- save ------------------------------------------------------------------------------------
+def save(basename: str, objects) -> None:
+    """Write parameters, lookup parameters and builders to basename.meta and basename.data
+    in DyNet 2's format (DyNet's ``dy.load`` reads them; ``load`` re-creates them)."""
+    objects = list(objects)
+    records, entries = [], []
+    for j, o in enumerate(objects):
+        if isinstance(o, Parameter):
+            records.append((_KIND_TAG[o.is_lookup], o.name()))
+            entries.append((o, o.name()))
+            continue
+        where = f"object {j} ({type(o).__name__})"
+        cls = type(o)
+        if not (hasattr(o, "param_collection") and hasattr(o, "spec") and hasattr(cls, "from_spec")):
+            raise TypeError(f"save: {where} is not a Parameter, a LookupParameter or an object with "
+                            "param_collection(), spec and from_spec(spec, model)")
+        if o.spec is None:
+            raise TypeError(f"save: {where} has no spec (e.g. a BiRNNBuilder made from builder_layers): "
+                            "it cannot be re-created; save its builders instead")
+        _check_spec(o.spec, where)
+        dense, lookups = _params_of(o)
+        pc = o.param_collection()
+        records.append((cls, _plain(o.spec), pc.name()))
+        entries += [(p, p.name()) for p in dense + lookups]
+    for _, name in entries:          # before writing anything
+        check_name(name, "save")
+    meta = b"".join(_dumps(r) for r in records)
+    write_text(basename + ".data", entries, append=False)
+    with open(basename + ".meta", "wb") as f:
+        f.write(meta)
+
+
+# --- load ------------------------------------------------------------------------------------
+def _read_records(basename: str) -> tuple:
+    """(records, saved parameters, old format?) of a saved model."""
+    for ext in (".meta", ".data"):
+        if not os.path.exists(basename + ext):
+            raise FileNotFoundError(basename + ext)
+    with open(basename + ".meta", "rb") as f:
+        raw = f.read()
+    if raw.lstrip()[:1] == b"{":
+        return _read_old(basename, raw)
+    records, f = [], io.BytesIO(raw)
+    while f.tell() < len(raw):
+        try:
+            records.append(_Unpickler(f).load())
+        except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError) as e:
+            raise ValueError(f"load: {basename}.meta is not a model's index as dy.save writes it "
+                             f"(record {len(records)}: {e})") from None
+    for j, r in enumerate(records):
+        ok = isinstance(r, tuple) and (
+            (len(r) == 2 and r[0] in _KIND_TAG.values() and isinstance(r[1], str)) or
+            (len(r) == 3 and isinstance(r[0], type) and isinstance(r[2], str)))
+        if not ok:
+            raise ValueError(f"load: record {j} of {basename}.meta is not (kind, name) or (class, spec, name)")
+    return records, read_saved(basename + ".data", "load"), False
+
+
+def _read_old(basename: str, raw: bytes) -> tuple:
+    """autobatch's first format: JSON index, arrays in an .npz."""
+    try:
+        meta = json.loads(raw.decode("utf-8"))
+        ok = isinstance(meta, dict) and meta.get("format") == _OLD_FORMAT
+    except (UnicodeDecodeError, ValueError):
+        ok = False
+    if not ok or meta.get("version") != 1:
+        raise ValueError(f"load: {basename}.meta is neither DyNet's format nor autobatch's older one")
+    try:
+        with np.load(basename + ".data", allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (ValueError, OSError) as e:
+        raise ValueError(f"load: {basename}.data is not readable ({e})") from None
+    records = []
+    for j, e in enumerate(meta["objects"]):
+        keys = [e.get("array")] if e.get("kind") in ("param", "lookup") else e.get("params", []) + e.get("lookups", [])
+        for k in keys:
+            if k not in arrays:
+                raise ValueError(f"load: {basename}.data lacks array {k} named in {basename}.meta")
+        if e.get("kind") in ("param", "lookup"):
+            records.append((_KIND_TAG[e["kind"] == "lookup"], e["name"], arrays[e["array"]]))
+        elif e.get("kind") == "object":
+            records.append((_class(e["class"]), _old_spec(e["spec"]),
+                            [arrays[k] for k in e["params"]], [arrays[k] for k in e["lookups"]]))
+        else:
+            raise ValueError(f"load: entry {j} of {basename}.meta has unknown kind {e.get('kind')!r}")
+    return records, None, True
+
+
+def _old_spec(v):
+    if isinstance(v, list):
+        return [_old_spec(x) for x in v]
+    if isinstance(v, dict):
+        return _class(v["class"]) if "class" in v else {k: _old_spec(x) for k, x in v["dict"].items()}
+    return v
+
+
+def _base_name(name: str) -> str:
+    """The name to give a loaded parameter: DyNet's automatic ``_k`` names are not kept."""
+    base = name.rstrip("/").rsplit("/", 1)[-1]
+    return "" if base.startswith("_") and base[1:].isdigit() else base
+
+
+def _take(saved, k, n, kind, prefix, where):
+    """The n saved parameters of `kind` from position k on, all named under prefix."""
+    got = saved[k:k + n]
+    bad = [e for e in got if e.kind != kind or not (e.name or "").startswith(prefix)]
+    if len(got) != n or bad:
+        what = "lookup parameters" if kind == "l" else "parameters"
+        raise ValueError(f"load: {where} needs {n} {what} named {prefix}... at position {k} of the "
+                         ".data file" + (f", found {bad[0].name}" if bad else f", the file ends after {len(got)}"))
+    return got
+
+
+def load_generator(basename: str, model: ParameterCollection):
+    """``load`` as a generator (DyNet's name). All objects are checked and created before
+    the first is yielded, so that an error still leaves model as it was."""
+    yield from load(basename, model)
+
+
+def load(basename: str, model: ParameterCollection) -> list:
+    """The objects ``save(basename, objects)`` (ours or DyNet's) wrote, re-created in model with
+    their saved values, in the same order. Everything is checked before values are set; on an
+    error model is left as it was."""
+    if not isinstance(model, ParameterCollection):
+        raise TypeError(f"load: model must be a ParameterCollection, got {type(model).__name__}")
+    records, saved, old = _read_records(basename)
+    mark = model._mark()
+    try:
+        out, todo, k = [], [], 0
+        for j, r in enumerate(records):
+            if r[0] in _KIND_TAG.values():
+                lookup = r[0] == "LookupParameters"
+                if old:
+                    value, grad = r[2], None
+                else:
+                    e = saved[k] if k < len(saved) else None
+                    if e is None or e.kind != ("l" if lookup else "p") or e.name != r[1]:
+                        held = f"{'lookup parameter' if e.kind == 'l' else 'parameter'} {e.name}" if e else "nothing"
+                        raise ValueError(f"load: record {j} names {r[0]} {r[1]}, the .data file holds {held} "
+                                         f"at position {k}")
+                    k += 1
+                    value, grad = e.arrays()
+                add = model.add_lookup_parameters if lookup else model.add_parameters
+                out.append(add(tuple(value.shape), ConstInitializer(0.0), _base_name(r[1])))
+                todo.append((out[-1], value, grad))
+                continue
+            cls, spec = r[0], r[1]
+            where = f"object {j} ({cls.__name__})"
+            obj = cls.from_spec(spec, model)
+            dense, lookups = _params_of(obj)
+            if old:
+                theirs = [(a, None) for a in r[2]], [(a, None) for a in r[3]]
+            else:
+                prefix = r[2]
+                ps = _take(saved, k, len(dense), "p", prefix, where)
+                ls = _take(saved, k + len(dense), len(lookups), "l", prefix, where)
+                k += len(dense) + len(lookups)
+                theirs = [e.arrays() for e in ps], [e.arrays() for e in ls]
+            for what, mine, arrs in (("parameters", dense, theirs[0]), ("lookup parameters", lookups, theirs[1])):
+                if len(mine) != len(arrs):
+                    raise ValueError(f"load: {where} was saved with {len(arrs)} {what}, from_spec made {len(mine)}")
+                for p, (value, grad) in zip(mine, arrs):
+                    if tuple(value.shape) != p.shape():
+                        raise ValueError(f"load: {where}: saved {what[:-1]} of shape {tuple(value.shape)}, "
+                                         f"from_spec made {p.name()} of shape {p.shape()}")
+                    todo.append((p, value, grad))
+            out.append(obj)
+        if not old and k != len(saved):
+            raise ValueError(f"load: {basename}.data holds {len(saved)} parameters, {basename}.meta accounts for {k}")
+    except BaseException:
+        model._undo(mark)
+        raise
+    for p, value, grad in todo:
+        restore(p, value, grad)
+    return out
