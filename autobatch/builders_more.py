@@ -187,7 +187,7 @@ class BiRNNBuilder:
         if not callable(rnn_builder_factory):
             raise TypeError("BiRNNBuilder: rnn_builder_factory must be a builder class (e.g. dy.LSTMBuilder)")
         self.model = model.add_subcollection("birnn")
-        self.spec = (num_layers, input_dim, hidden_dim, rnn_builder_factory)
+        self.spec = (num_layers, input_dim, hidden_dim, rnn_builder_factory, None)   # as DyNet's
         self.builder_layers = []
         d = input_dim
         for _ in range(num_layers):
@@ -198,7 +198,7 @@ class BiRNNBuilder:
 
     @staticmethod
     def from_spec(spec, model: ParameterCollection) -> "BiRNNBuilder":
-        num_layers, input_dim, hidden_dim, factory = spec
+        num_layers, input_dim, hidden_dim, factory = spec[:4]    # DyNet's 5th item: builder_layers, None
         return BiRNNBuilder(num_layers, input_dim, hidden_dim, model, factory)
 
     def param_collection(self) -> ParameterCollection:

@@ -285,7 +285,7 @@ def test_birnn_layout_names_and_errors():
     assert names[3][0] == "/birnn/vanilla-lstm-builder_1/_0"
     assert names[6] == ("/birnn/vanilla-lstm-builder_2/_0", (8, 4))
     assert len(names) == 12 and bi.param_collection().name() == "/birnn/"
-    assert bi.whoami() == "BiRNNBuilder" and bi.spec == (2, 3, 4, dy.LSTMBuilder)
+    assert bi.whoami() == "BiRNNBuilder" and bi.spec == (2, 3, 4, dy.LSTMBuilder, None)   # DyNet's spec
     bi.set_dropout(0.3)
     assert all(b.dropout == 0.3 for pair in bi.builder_layers for b in pair)
     bi.disable_dropout()

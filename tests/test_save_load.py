@@ -315,22 +315,34 @@ def test_files_without_names_still_populate(tmp_path):
 # --- files exchanged with real DyNet (run in a subprocess: it parses sys.argv at import) -------
 needs_dynet = pytest.mark.skipif(importlib.util.find_spec("dynet") is None, reason="DyNet is not installed")
 _XS = [[1.0, -0.5], [0.25, 2.0], [-1.0, 0.0]]
-_BUILDERS = ("VanillaLSTMBuilder", "GRUBuilder", "SimpleRNNBuilder", "CompactVanillaLSTMBuilder")
+# (DyNet cannot save its FastLSTMBuilder nor its softmax builders: they have no spec)
+_BUILDERS = ("VanillaLSTMBuilder", "GRUBuilder", "SimpleRNNBuilder", "CompactVanillaLSTMBuilder", "CoupledLSTMBuilder",
+             "BiRNNBuilder")
+# the same builders and outputs on either side: `dy` is DyNet in the subprocess, autobatch here
+_HELPERS = f"""
+XS, BUILDERS = {_XS!r}, {_BUILDERS!r}
+
+def make(m):
+    return [dy.BiRNNBuilder(1, 2, 4, m, dy.VanillaLSTMBuilder) if n == "BiRNNBuilder" else getattr(dy, n)(1, 2, 3, m)
+            for n in BUILDERS]
+
+def outputs(b):
+    dy.renew_cg()
+    xs = [dy.inputVector(x) for x in XS]
+    seq = b.transduce(xs) if type(b).__name__ == "BiRNNBuilder" else b.initial_state().transduce(xs)
+    return np.stack([o.npvalue() for o in seq])
+"""
+_here: dict = {"dy": dy, "np": np}
+exec(_HELPERS, _here)
+_make, _outputs = _here["make"], _here["outputs"]
 
 
 def _dynet(tmp_path, body):
-    script = f"import numpy as np\nimport dynet as dy\nXS = {_XS!r}\n" + _DYNET_OUTPUTS + textwrap.dedent(body)
+    script = "import numpy as np\nimport dynet as dy\n" + _HELPERS + textwrap.dedent(body)
     r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     with np.load(tmp_path / "out.npz") as z:
         return {k: z[k] for k in z.files}
-
-
-_DYNET_OUTPUTS = """
-def outputs(b):
-    dy.renew_cg()
-    return np.stack([o.npvalue() for o in b.initial_state().transduce([dy.inputVector(x) for x in XS])])
-"""
 
 
 @needs_dynet
@@ -338,7 +350,7 @@ def test_dynet_saves_autobatch_loads(tmp_path):
     want = _dynet(tmp_path, f"""
         m = dy.ParameterCollection()
         W = m.add_parameters((2, 3)); E = m.add_lookup_parameters((4, 2))
-        bs = [getattr(dy, n)(1, 2, 3, m) for n in {_BUILDERS!r}]
+        bs = make(m)
         dy.save("dy", [W, E] + bs)
         m.save("dy.txt")
         np.savez("out.npz", W=W.as_array(), E=E.as_array(), **{{f"o{{k}}": outputs(b) for k, b in enumerate(bs)}})
@@ -350,14 +362,15 @@ def test_dynet_saves_autobatch_loads(tmp_path):
     np.testing.assert_allclose(E.as_array(), want["E"])
     for k, (b, name) in enumerate(zip(bs, _BUILDERS)):
         assert type(b) is getattr(dy, name)
-        np.testing.assert_allclose(np.stack(_run(b, _XS)), want[f"o{k}"], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(_outputs(b), want[f"o{k}"], rtol=1e-5, atol=1e-6)
     # the whole collection in DyNet's text file, into a model built the same way
     m2 = dy.ParameterCollection()
-    m2.add_parameters((2, 3)), m2.add_lookup_parameters((4, 2))
-    bs2 = [getattr(dy, n)(1, 2, 3, m2) for n in _BUILDERS]
+    m2.add_parameters((2, 3))
+    m2.add_lookup_parameters((4, 2))
+    bs2 = _make(m2)
     m2.populate(str(tmp_path / "dy.txt"))
     for k, b in enumerate(bs2):
-        np.testing.assert_allclose(np.stack(_run(b, _XS)), want[f"o{k}"], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(_outputs(b), want[f"o{k}"], rtol=1e-5, atol=1e-6)
 
 
 def test_files_hold_an_lstm_bias_as_dynet_does(tmp_path):
@@ -385,7 +398,7 @@ def test_files_hold_an_lstm_bias_as_dynet_does(tmp_path):
 def test_autobatch_saves_dynet_loads(tmp_path):
     pc = dy.ParameterCollection()
     W, E = pc.add_parameters((2, 3)), pc.add_lookup_parameters((4, 2))
-    bs = [getattr(dy, n)(1, 2, 3, pc) for n in _BUILDERS]
+    bs = _make(pc)
     _fill(pc, 5)
     save(str(tmp_path / "ab"), [W, E] + bs)
     got = _dynet(tmp_path, f"""
@@ -397,4 +410,4 @@ def test_autobatch_saves_dynet_loads(tmp_path):
     np.testing.assert_allclose(got["W"], W.as_array())
     np.testing.assert_allclose(got["E"], E.as_array())
     for k, b in enumerate(bs):
-        np.testing.assert_allclose(got[f"o{k}"], np.stack(_run(b, _XS)), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got[f"o{k}"], _outputs(b), rtol=1e-5, atol=1e-6)
