@@ -85,3 +85,12 @@ def run_dynet(script, inp):
     assert r.returncode == 0, r.stderr[-2000:]
     line = [s for s in r.stdout.splitlines() if s.startswith("RESULT")][-1]
     return json.loads(line[len("RESULT"):])
+
+
+def run_dynet_files(tmp_path, script):
+    """Runs script with real DyNet in a separate process inside tmp_path, where it reads and
+    writes files; returns the arrays of the out.npz it wrote there."""
+    r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    with np.load(tmp_path / "out.npz") as z:
+        return {k: z[k] for k in z.files}

@@ -1,7 +1,6 @@
 """Reading a parameter the way DyNet programs do: value(), npvalue(), forward(), backward(),
 and the array itself (``.data``). The last test compares with real DyNet in a subprocess
 (skipped where DyNet is not installed)."""
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import pytest
 
 import autobatch as dy
 from autobatch.errors import GraphError
+from check_kit import needs_dynet
 from conftest import to_np
 
 W_VAL = np.arange(6.0).reshape(2, 3) - 2
@@ -75,7 +75,7 @@ def test_forward_and_backward_on_a_parameter():
     assert dy.sum_elems(W * dy.inputVector([1.0, 1, 1])).value() == pytest.approx(W_VAL.sum())
 
 
-@pytest.mark.skipif(importlib.util.find_spec("dynet") is None, reason="DyNet is not installed")
+@needs_dynet
 def test_reads_equal_real_dynet(tmp_path):
     script = textwrap.dedent("""
         import json, numpy as np

@@ -1,10 +1,7 @@
 """Model saving: dy.save / dy.load of parameters, lookup parameters, builders and user
 objects (params.save / params.load), and ParameterCollection.save / populate(key) /
 load_param / load_lookup_param with DyNet's key semantics."""
-import importlib.util
 import json
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -14,6 +11,7 @@ import autobatch as dy
 from autobatch.builders_more import BiRNNBuilder, CoupledLSTMBuilder, StandardSoftmaxBuilder
 from autobatch import saving
 from autobatch.saving import load, save
+from check_kit import needs_dynet, run_dynet_files
 
 
 def _fill(m, seed):
@@ -313,7 +311,6 @@ def test_files_without_names_still_populate(tmp_path):
 
 
 # --- files exchanged with real DyNet (run in a subprocess: it parses sys.argv at import) -------
-needs_dynet = pytest.mark.skipif(importlib.util.find_spec("dynet") is None, reason="DyNet is not installed")
 _XS = [[1.0, -0.5], [0.25, 2.0], [-1.0, 0.0]]
 # (DyNet cannot save its FastLSTMBuilder nor its softmax builders: they have no spec)
 _BUILDERS = ("VanillaLSTMBuilder", "GRUBuilder", "SimpleRNNBuilder", "CompactVanillaLSTMBuilder", "CoupledLSTMBuilder",
@@ -338,11 +335,7 @@ _make, _outputs = _here["make"], _here["outputs"]
 
 
 def _dynet(tmp_path, body):
-    script = "import numpy as np\nimport dynet as dy\n" + _HELPERS + textwrap.dedent(body)
-    r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    with np.load(tmp_path / "out.npz") as z:
-        return {k: z[k] for k in z.files}
+    return run_dynet_files(tmp_path, "import numpy as np\nimport dynet as dy\n" + _HELPERS + textwrap.dedent(body))
 
 
 @needs_dynet

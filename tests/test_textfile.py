@@ -2,16 +2,14 @@
 write_to_textfile / populate_from_textfile / load_param and Parameter.save / populate.
 DYNET_TEXT below was written by real DyNet 2.1; the tests at the end run real DyNet in a
 subprocess (skipped where it is not installed) to exchange files both ways."""
-import importlib.util
 import re
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
 
 import autobatch as dy
+from check_kit import needs_dynet, run_dynet_files
 from conftest import to_np
 
 # DyNet 2.1: W (2,3) "W", E lookup (4,2) "E", sub-collection "enc" with a (2,2,2) and a (2,)
@@ -236,15 +234,8 @@ def test_float64_round_trip_is_exact(tmp_path, f64):
 
 
 # --- exchanging files with real DyNet (run in a subprocess: it parses sys.argv at import) --
-needs_dynet = pytest.mark.skipif(importlib.util.find_spec("dynet") is None, reason="DyNet is not installed")
-
-
 def _run_dynet(tmp_path, body):
-    script = "import numpy as np\nimport dynet as dy\n" + textwrap.dedent(body)
-    r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    with np.load(tmp_path / "out.npz") as z:
-        return {k: z[k] for k in z.files}
+    return run_dynet_files(tmp_path, "import numpy as np\nimport dynet as dy\n" + textwrap.dedent(body))
 
 
 @needs_dynet
