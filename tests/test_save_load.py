@@ -340,13 +340,13 @@ def _dynet(tmp_path, body):
 
 @needs_dynet
 def test_dynet_saves_autobatch_loads(tmp_path):
-    want = _dynet(tmp_path, f"""
+    want = _dynet(tmp_path, """
         m = dy.ParameterCollection()
         W = m.add_parameters((2, 3)); E = m.add_lookup_parameters((4, 2))
         bs = make(m)
         dy.save("dy", [W, E] + bs)
         m.save("dy.txt")
-        np.savez("out.npz", W=W.as_array(), E=E.as_array(), **{{f"o{{k}}": outputs(b) for k, b in enumerate(bs)}})
+        np.savez("out.npz", W=W.as_array(), E=E.as_array(), **{f"o{k}": outputs(b) for k, b in enumerate(bs)})
     """)
     pc = dy.ParameterCollection()
     pc.add_parameters(7)                    # a model that already holds something
