@@ -28,32 +28,22 @@ _OLD_FORMAT = "autobatch-objects"
 
 
 # --- specs --------------------------------------------------------------------------------
-def _check_spec(v, where: str) -> None:
-    """Specs may hold numbers, strings, lists, tuples, dicts and classes (what DyNet's builders
-    and user types keep there); anything else could not be read back safely."""
-    if v is None or isinstance(v, (bool, int, float, str, np.integer, np.floating)) or isinstance(v, type):
-        return
-    if isinstance(v, (list, tuple)):
-        for x in v:
-            _check_spec(x, where)
-        return
-    if isinstance(v, dict) and all(isinstance(k, str) for k in v):
-        for x in v.values():
-            _check_spec(x, where)
-        return
-    raise TypeError(f"save: {where}: its spec holds a {type(v).__name__}, which cannot be saved "
-                    "(specs may hold numbers, strings, lists, tuples, dicts and classes)")
-
-
-def _plain(v):
-    """NumPy scalars as Python numbers, so that DyNet's unpickler needs no NumPy."""
+def _spec_out(v, where: str):
+    """The spec as it is pickled: NumPy scalars as Python numbers (DyNet's unpickler needs no
+    NumPy). Specs may hold numbers, strings, lists, tuples, dicts and classes (what DyNet's
+    builders and user types keep there); anything else could not be read back safely."""
+    if v is None or isinstance(v, (bool, int, float, str)) or isinstance(v, type):
+        return v
     if isinstance(v, (np.integer, np.floating)):
         return v.item()
-    if type(v) in (list, tuple):
-        return type(v)(_plain(x) for x in v)
-    if type(v) is dict:
-        return {k: _plain(x) for k, x in v.items()}
-    return v
+    if isinstance(v, (list, tuple)):
+        items = [_spec_out(x, where) for x in v]
+        return type(v)(items) if type(v) in (list, tuple) else v
+    if isinstance(v, dict) and all(isinstance(k, str) for k in v):
+        items = {k: _spec_out(x, where) for k, x in v.items()}
+        return items if type(v) is dict else v
+    raise TypeError(f"save: {where}: its spec holds a {type(v).__name__}, which cannot be saved "
+                    "(specs may hold numbers, strings, lists, tuples, dicts and classes)")
 
 
 def _dynet_name(cls):
@@ -110,10 +100,11 @@ def _class(name: str):
 
 
 def _params_of(obj) -> tuple:
+    """(collection, its dense parameters, its lookup tables) of a saved object."""
     pc = obj.param_collection()
     if not isinstance(pc, ParameterCollection):
         raise TypeError(f"save: {type(obj).__name__}.param_collection() must return a ParameterCollection")
-    return pc.parameters_list(), pc.lookup_parameters_list()
+    return pc, pc.parameters_list(), pc.lookup_parameters_list()
 
 
 # --- save ------------------------------------------------------------------------------------
@@ -135,10 +126,9 @@ def save(basename: str, objects) -> None:
         if o.spec is None:
             raise TypeError(f"save: {where} has no spec (e.g. a BiRNNBuilder made from builder_layers): "
                             "it cannot be re-created; save its builders instead")
-        _check_spec(o.spec, where)
-        dense, lookups = _params_of(o)
-        pc = o.param_collection()
-        records.append((cls, _plain(o.spec), pc.name()))
+        spec = _spec_out(o.spec, where)
+        pc, dense, lookups = _params_of(o)
+        records.append((cls, spec, pc.name()))
         entries += [(p, p.name()) for p in dense + lookups]
     for _, name in entries:          # before writing anything
         check_name(name, "save")
@@ -265,7 +255,7 @@ def load(basename: str, model: ParameterCollection) -> list:
             cls, spec = r[0], r[1]
             where = f"object {j} ({cls.__name__})"
             obj = cls.from_spec(spec, model)
-            dense, lookups = _params_of(obj)
+            _, dense, lookups = _params_of(obj)
             if old:
                 theirs = [(a, None) for a in r[2]], [(a, None) for a in r[3]]
             else:

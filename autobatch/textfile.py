@@ -50,9 +50,7 @@ def _entry_text(p, name: str) -> str:
     a, g = p.as_array(), p.grad_as_array()
     if p.file_offset is not None:
         # in float64 with 17 digits, so that reading it back and adding the offset is exact
-        lo, hi, v = p.file_offset
-        a = a.astype(np.float64)
-        a[lo:hi] -= v
+        a = _shifted(p, a, -1)
     # DyNet writes 9 significant digits (exact for float32); float64 needs 17
     fmt = "%+.8e " if a.dtype.itemsize <= 4 else "%+.16e "
     full = bool(g.any())
@@ -63,6 +61,14 @@ def _entry_text(p, name: str) -> str:
     dims = "{" + ",".join(str(d) for d in shape) + "}"
     kind = "l" if p.is_lookup else "p"
     return f"{_TAGS[kind]} {name} {dims} {len(body)} {'FULL_GRAD' if full else 'ZERO_GRAD'}\n{body}"
+
+
+def _shifted(p, a, sign: int) -> np.ndarray:
+    """A float64 copy of a with sign * p.file_offset's value added to its slice."""
+    lo, hi, v = p.file_offset
+    a = np.array(a, dtype=np.float64)
+    a[lo:hi] += sign * v
+    return a
 
 
 def write_text(fname, entries, append: bool) -> None:
@@ -167,9 +173,7 @@ def restore(p, value, grad) -> None:
     None: an .npz of autobatch's first format, which held values as they are in memory;
     the text format holds them as DyNet does (see Parameter.file_offset)."""
     if grad is not None and p.file_offset is not None:
-        lo, hi, v = p.file_offset
-        value = np.array(value, dtype=np.float64)
-        value[lo:hi] += v
+        value = _shifted(p, value, +1)
     p.set_value(value)
     if grad is None:
         return

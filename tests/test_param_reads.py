@@ -1,9 +1,6 @@
 """Reading a parameter the way DyNet programs do: value(), npvalue(), forward(), backward(),
 and the array itself (``.data``). The last test compares with real DyNet in a subprocess
 (skipped where DyNet is not installed)."""
-import json
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -11,7 +8,7 @@ import pytest
 
 import autobatch as dy
 from autobatch.errors import GraphError
-from check_kit import needs_dynet
+from check_kit import needs_dynet, run_dynet
 from conftest import to_np
 
 W_VAL = np.arange(6.0).reshape(2, 3) - 2
@@ -76,7 +73,7 @@ def test_forward_and_backward_on_a_parameter():
 
 
 @needs_dynet
-def test_reads_equal_real_dynet(tmp_path):
+def test_reads_equal_real_dynet():
     script = textwrap.dedent("""
         import json, numpy as np
         import dynet as dy
@@ -96,11 +93,9 @@ def test_reads_equal_real_dynet(tmp_path):
         out.update({k + "_np": enc(p.npvalue()) for k, p in dict(W=W, E=E, E3=E3).items()})
         out["fwd"] = repr(W.forward())
         dy.renew_cg(); s.backward(); out["s_grad"] = s.grad_as_array().tolist()
-        print(json.dumps(out))
+        print("RESULT" + json.dumps(out))
     """)
-    r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    want = json.loads(r.stdout.strip().splitlines()[-1])
+    want = run_dynet(script, "")
     _, W, b, s, E, E3 = _model()
     for k, p in dict(W=W, b=b, s=s, E=E).items():
         v = p.value()
