@@ -10,7 +10,7 @@ import numpy as np
 
 from . import runtime
 from .errors import GraphError, StaleExpressionError, user_line
-from .graph import ComputationGraph, Expression, cg
+from .graph import ComputationGraph, Expression, _new_expr, binary_fn, cg, unary_fn
 from .ops import OPS
 from .params import LookupParameter, Parameter
 
@@ -64,6 +64,19 @@ def _op2(op, x, y) -> Expression:
     g = _S.graph or cg()
     return g.add2(op, x.i if type(x) is Expression and x.cg is g else _id(x, g, op),
                   y.i if type(y) is Expression and y.cg is g else _id(y, g, op))
+
+
+def _inline1(slow, op):
+    """slow with graph.unary_fn's inline fast path in front, under slow's name and doc."""
+    f = unary_fn(op, slow)
+    f.__name__, f.__qualname__, f.__doc__ = slow.__name__, slow.__qualname__, slow.__doc__
+    return f
+
+
+def _inline2(slow, op):
+    f = binary_fn(op, slow)
+    f.__name__, f.__qualname__, f.__doc__ = slow.__name__, slow.__qualname__, slow.__doc__
+    return f
 
 
 def _opl(op, xs: Sequence, attr=None, data=None) -> Expression:
@@ -149,10 +162,32 @@ def const_parameter(p: Parameter) -> Expression:
 def lookup(p: LookupParameter, index: int, update: bool = True) -> Expression:
     """Row ``index`` of table p, shape p.shape()[1:]."""
     g = _S.graph or cg()
+    if type(index) is int and type(p) is LookupParameter and update is True:
+        r = g._flk.get(p)            # (out, size, sig, diff, p's node, rows): see graph.unary_fn
+        if r is not None and 0 <= index < r[5]:
+            a = r[4]
+            g.depths.append(1)
+            g.needs.append(r[3])             # the table's node (update=True) needs a gradient
+            uses = g.uses
+            uses[a] += 1
+            uses.append(0)
+            ops = g.ops
+            n = len(ops)
+            ops.append(_LOOKUP)
+            g.args.append((a,))
+            g.attrs.append(None)
+            g.datas.append(index)
+            g.shapes.append(r[0])
+            g.sizes.append(r[1])
+            g.sigs.append(r[2])
+            e = _new_expr(Expression)
+            e.cg = g
+            e.i = n
+            return e
     if type(index) in _NP_INTS:          # ids from a NumPy array
         index = int(index)
     if type(index) is int and type(p) is LookupParameter and update is True and 0 <= index < p.data.shape[0]:
-        return g.add1(_LOOKUP, g.pid(p), index, True)    # the common case, checked in one line
+        return g.add_lookup(_LOOKUP, p, index)    # the common case, checked in one line
     if not isinstance(p, LookupParameter):
         raise TypeError(f"lookup: needs a LookupParameter, got {type(p).__name__} [at {user_line()}]")
     if not _vertex_index(index, p.data.shape[0]):     # a per-vertex id is checked per call
@@ -188,6 +223,31 @@ def affine_transform(xs: Sequence) -> Expression:
     if len(xs) == 3:                 # the common b + W·x: no generic checks
         b, w, x = xs
         if type(x) is Expression and x.cg is g:
+            r = g._fw.get(w) if type(w) is Parameter else None   # add_affine's last entry for W
+            if r is not None and r[4] is b and r[5] is g.shapes[x.i]:
+                xi = x.i
+                pb, pw = r[6], r[7]
+                depths = g.depths
+                depths.append(depths[xi] + 1)    # parameters have depth 0
+                g.needs.append(r[3])             # b and W (update=True) need gradients
+                uses = g.uses
+                uses[pb] += 1
+                uses[pw] += 1
+                uses[xi] += 1
+                uses.append(0)
+                ops = g.ops
+                n = len(ops)
+                ops.append(_AFFINE)
+                g.args.append((pb, pw, xi))
+                g.attrs.append(None)
+                g.datas.append(None)
+                g.shapes.append(r[0])
+                g.sizes.append(r[1])
+                g.sigs.append(r[2])
+                e = _new_expr(Expression)
+                e.cg = g
+                e.i = n
+                return e
             if isinstance(w, Parameter):
                 if isinstance(b, Parameter):
                     return g.add_affine(_AFFINE, b, w, x.i)
@@ -223,9 +283,15 @@ def tanh(x) -> Expression:
     return _op1(_TANH, x)
 
 
+tanh = _inline1(tanh, _TANH)
+
+
 def logistic(x) -> Expression:
     """Elementwise 1/(1+exp(-x)); same shape."""
     return _op1(_LOGISTIC, x)
+
+
+logistic = _inline1(logistic, _LOGISTIC)
 
 
 def rectify(x) -> Expression:
@@ -233,9 +299,15 @@ def rectify(x) -> Expression:
     return _op1(_RECTIFY, x)
 
 
+rectify = _inline1(rectify, _RECTIFY)
+
+
 def exp(x) -> Expression:
     """Elementwise exp; same shape."""
     return _op1(_EXP, x)
+
+
+exp = _inline1(exp, _EXP)
 
 
 def log(x) -> Expression:
@@ -243,9 +315,15 @@ def log(x) -> Expression:
     return _op1(_LOG, x)
 
 
+log = _inline1(log, _LOG)
+
+
 def sqrt(x) -> Expression:
     """Elementwise square root; same shape."""
     return _op1(_SQRT, x)
+
+
+sqrt = _inline1(sqrt, _SQRT)
 
 
 def square(x) -> Expression:
@@ -253,9 +331,15 @@ def square(x) -> Expression:
     return _op1(_SQUARE, x)
 
 
-def abs(x) -> Expression:
+square = _inline1(square, _SQUARE)
+
+
+def abs(x) -> Expression:  # noqa: A001  (DyNet's name)
     """Elementwise |x|; same shape."""
-    return _op1(_ABS, x)  # noqa: A001  (DyNet's name)
+    return _op1(_ABS, x)
+
+
+abs = _inline1(abs, _ABS)  # noqa: A001
 
 
 def cmult(x, y) -> Expression:
@@ -263,9 +347,15 @@ def cmult(x, y) -> Expression:
     return _op2(_CMULT, x, y)
 
 
+cmult = _inline2(cmult, _CMULT)
+
+
 def cdiv(x, y) -> Expression:
     """Elementwise x / y of two same-shape expressions."""
     return _op2(_CDIV, x, y)
+
+
+cdiv = _inline2(cdiv, _CDIV)
 
 
 def elu(x, alpha: float = 1.0) -> Expression:
@@ -374,8 +464,32 @@ def _vertex_index(i, n) -> bool:
 def pickneglogsoftmax(x, v: int) -> Expression:
     """-log softmax(x)[v], shape (1,)."""
     g = _S.graph
-    if type(v) is int and type(x) is Expression and x.cg is g and 0 <= v < g.shapes[x.i][0]:
-        return g.add1(_PNLS, x.i, v)                    # the common case, checked in one line
+    if type(v) is int and type(x) is Expression and x.cg is g:
+        a = x.i
+        r = g._f1.get(_PNLS)          # see graph.unary_fn
+        if r is not None and r[4] is g.shapes[a] and 0 <= v < r[4][0]:
+            depths = g.depths
+            depths.append(depths[a] + 1)
+            needs = g.needs
+            needs.append(r[3] and needs[a])
+            uses = g.uses
+            uses[a] += 1
+            uses.append(0)
+            ops = g.ops
+            n = len(ops)
+            ops.append(_PNLS)
+            g.args.append((a,))
+            g.attrs.append(None)
+            g.datas.append(v)
+            g.shapes.append(r[0])
+            g.sizes.append(r[1])
+            g.sigs.append(r[2])
+            e = _new_expr(Expression)
+            e.cg = g
+            e.i = n
+            return e
+        if 0 <= v < g.shapes[a][0]:
+            return g.add1(_PNLS, a, v)                  # the common case, checked in one line
     s = _shape(x)
     if _vertex_index(v, s[0]):
         return _op(OPS["pickneglogsoftmax"], x, data=v)
@@ -418,16 +532,24 @@ def select_rows(x, rows) -> Expression:
 
 def concatenate(xs: Sequence, d: int = 0) -> Expression:
     """Join same-rank expressions along dimension d."""
-    g = _S.graph
     if type(xs) is list and len(xs) == 2 and d == 0 and type(d) is int:   # [h_left, h_right]
-        a, b = xs
-        if type(a) is Expression and type(b) is Expression and a.cg is g and b.cg is g:
-            return g.add2(_CONCAT, a.i, b.i, 0)
+        return _concat2(xs[0], xs[1])
+    g = _S.graph
     xs = list(xs)
     ids = [x.i for x in xs if type(x) is Expression and x.cg is g]
     if len(ids) == len(xs) > 0 and type(d) is int:       # the common case: no conversions
         return g.add2(_CONCAT, ids[0], ids[1], d) if len(ids) == 2 else g.add(_CONCAT, tuple(ids), d)
     return _opl(_CONCAT, xs, attr=int(d))
+
+
+def _concat2_slow(x, y):
+    g = _S.graph
+    if type(x) is Expression and type(y) is Expression and x.cg is g and y.cg is g:
+        return g.add2(_CONCAT, x.i, y.i, 0)
+    return _opl(_CONCAT, [x, y], attr=0)
+
+
+_concat2 = binary_fn(_CONCAT, _concat2_slow, 0)
 
 
 def concatenate_cols(xs: Sequence) -> Expression:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from types import MappingProxyType
 from typing import Any
 
 from . import runtime
@@ -21,6 +22,8 @@ from .stats import Stats
 # (op, input shapes, attr) -> (out shape, size, base signature id, shared input indices)
 _RULES: dict = {}
 _BASE_SIGS: dict = {}
+# one tuple per shape value: the API's inline fast paths compare shapes by identity
+_SHAPES: dict = {}
 _GRAPH_IDS = itertools.count(1)
 
 
@@ -39,6 +42,7 @@ def _rule(op, ins, attr):
     if r is None:
         try:
             out = tuple(op.shape(ins, attr))
+            out = _SHAPES.setdefault(out, out)
         except ShapeError as e:
             raise GraphError(f"{e} [op {op.name}, input shapes {list(ins)}, at {user_line()}]") from None
         size = 1
@@ -82,6 +86,12 @@ class ComputationGraph:
         self._sigtab: dict = {}     # per-graph signature interning (shared node ids are per graph)
         self._fast: dict = {}       # add1/add2 caches (signatures are per graph)
         self._faff: dict = {}       # add_affine cache
+        # the last entry of each kind, keyed by one object (no key tuple to build and hash);
+        # the API's inline fast paths read them and check the input shapes by identity
+        self._f1: dict = {}         # op -> add1 entry + (input shape,)
+        self._f2: dict = {}         # op -> add2 entry + (input shapes, attr)
+        self._fw: dict = {}         # W -> add_affine entry (b and x's shape in it)
+        self._flk: dict = {}        # lookup table -> (out, size, sig, diff, node, rows)
         self._recipes: dict = {}    # recipes.step templates (signatures are per graph)
         self.sig_op: list = []      # signature -> op (tie-breaks, stats)
         self.stats = Stats()
@@ -209,6 +219,8 @@ class ComputationGraph:
         r = self._fast.get(key)
         if r is None:
             return self._add_caching(op, (a,), key, data, shared)
+        if not shared:
+            self._f1[op] = r
         depths, needs, uses = self.depths, self.needs, self.uses
         depths.append(depths[a] + 1)
         needs.append(r[3] and needs[a])
@@ -234,6 +246,7 @@ class ComputationGraph:
         r = self._fast.get(key)
         if r is None:
             return self._add_caching(op, (a, b), key, None, False, attr)
+        self._f2[op] = r
         depths, needs, uses = self.depths, self.needs, self.uses
         d = depths[a]
         if depths[b] > d:
@@ -259,17 +272,20 @@ class ComputationGraph:
     def add_affine(self, op, b, w, x: int) -> "Expression":
         """b + W·x with Parameters b and W: keyed by the parameter objects, so the two
         parameter-node lookups and the signature come from one dict lookup."""
-        key = (b, w, self.shapes[x])
+        sx = self.shapes[x]
+        key = (b, w, sx)
         r = self._faff.get(key)
         if r is None:
             e = self.add(op, (self.pid(b), self.pid(w), x))
-            r = _RULES[(op, tuple([self.shapes[a] for a in self.args[e.i]]), None)]
-            self._faff[key] = (self.args[e.i][0], self.args[e.i][1], r[0], r[1], self.sigs[e.i], op.differentiable)
+            pb, pw = self.args[e.i][0], self.args[e.i][1]
+            r = _RULES[(op, (self.shapes[pb], self.shapes[pw], sx), None)]
+            self._faff[key] = self._fw[w] = (r[0], r[1], self.sigs[e.i], op.differentiable, b, sx, pb, pw)
             return e
-        pb, pw = r[0], r[1]
+        self._fw[w] = r
+        pb, pw = r[6], r[7]
         depths, needs, uses = self.depths, self.needs, self.uses
         depths.append(depths[x] + 1)    # parameters have depth 0
-        needs.append(r[5] and (needs[pb] or needs[pw] or needs[x]))
+        needs.append(r[3] and (needs[pb] or needs[pw] or needs[x]))
         uses[pb] += 1
         uses[pw] += 1
         uses[x] += 1
@@ -279,9 +295,9 @@ class ComputationGraph:
         self.args.append((pb, pw, x))
         self.attrs.append(None)
         self.datas.append(None)
-        self.shapes.append(r[2])
-        self.sizes.append(r[3])
-        self.sigs.append(r[4])
+        self.shapes.append(r[0])
+        self.sizes.append(r[1])
+        self.sigs.append(r[2])
         e = _new_expr(Expression)
         e.cg = self
         e.i = n
@@ -316,7 +332,9 @@ class ComputationGraph:
         self.pnode = {k: v for k, v in self.pnode.items() if v < n}
         self._pfast = {k: v for k, v in self._pfast.items() if v < n}
         self._fast = {k: v for k, v in self._fast.items() if not (type(k[1]) is int and k[1] >= n)}
-        self._faff = {k: v for k, v in self._faff.items() if v[0] < n and v[1] < n}
+        self._faff = {k: v for k, v in self._faff.items() if v[6] < n and v[7] < n}
+        self._fw = {k: v for k, v in self._fw.items() if v[6] < n and v[7] < n}
+        self._flk = {k: v for k, v in self._flk.items() if v[4] < n}
         self._recipes = {}
         self.where = {k: v for k, v in self.where.items() if k < n}
         # signature keys that name dropped nodes (shared inputs, "alone" nodes): a new node
@@ -350,7 +368,20 @@ class ComputationGraph:
         e = self.add(op, args, attr, data)
         r = _RULES[(op, tuple([self.shapes[a] for a in args]), attr)]
         if r[2] is not None and (not r[3] or by_node):
-            self._fast[key] = (r[0], r[1], self.sigs[e.i], op.differentiable)
+            # the key's shapes (and attr) ride along: the inline fast paths check them
+            self._fast[key] = f = (r[0], r[1], self.sigs[e.i], op.differentiable) + key[1:]
+            if not by_node:
+                (self._f1 if len(args) == 1 else self._f2)[op] = f
+        return e
+
+    def add_lookup(self, op, p, index: int) -> "Expression":
+        """add1(op, pid(p), index, True) for a checked row of table p; remembers the entry
+        under p for api.lookup's inline fast path."""
+        a = self.pid(p)
+        e = self.add1(op, a, index, True)
+        r = self._fast.get((op, a))
+        if r is not None:
+            self._flk[p] = r[:4] + (a, self.shapes[a][0])
         return e
 
     def pid(self, p, update: bool = True) -> int:
@@ -375,7 +406,8 @@ class ComputationGraph:
             self.args.append(())
             self.attrs.append(None)
             self.datas.append(None)
-            self.shapes.append(tuple(p.data.shape))
+            s = tuple(p.data.shape)
+            self.shapes.append(_SHAPES.setdefault(s, s))
             self.sizes.append(int(p.data.size))
             self.sigs.append(-1)
             self.depths.append(0)
@@ -435,6 +467,12 @@ class ComputationGraph:
 class ThroughAdd:
     """The fast paths (add1, add2, add_affine) routed through add(), for graphs whose add()
     must see every node: the debug graph records lines, the vertex tracer records symbols."""
+
+    # the API's inline fast paths find nothing here, so every node goes through add()
+    _f1 = _f2 = _fw = _flk = MappingProxyType({})
+
+    def add_lookup(self, op, p, index):
+        return self.add(op, (self.pid(p),), None, index)
 
     def add1(self, op, a, data=None, shared=False):
         return self.add(op, (a,), None, data)
@@ -542,6 +580,87 @@ class Expression:
 
 
 _new_expr = Expression.__new__   # __new__ plus two slot stores is half the cost of __init__
+
+
+# Inline fast paths for the API functions of the most common node kinds. Going through
+# _op1 -> add1 costs two Python calls and a key tuple per node, about a fifth of building
+# it; these functions append the node themselves when the graph's last entry for the op
+# (_f1, _f2: keyed by the op, filled by add1/add2) matches the inputs' shapes, which are
+# interned, so an identity test checks them. Anything else (a first node, other shapes,
+# a Parameter or stale input, the debug graph, the vertex tracer) goes to `slow`.
+def unary_fn(op, slow):
+    """f(x) == slow(x) for an op without attr and data (tanh, logistic, ...)."""
+    E, new, S = Expression, _new_expr, runtime.state()
+
+    def f(x):
+        g = S.graph
+        if type(x) is E and x.cg is g:
+            a = x.i
+            r = g._f1.get(op)
+            if r is not None and r[4] is g.shapes[a]:
+                depths = g.depths
+                depths.append(depths[a] + 1)
+                needs = g.needs
+                needs.append(r[3] and needs[a])
+                uses = g.uses
+                uses[a] += 1
+                uses.append(0)
+                ops = g.ops
+                n = len(ops)
+                ops.append(op)
+                g.args.append((a,))
+                g.attrs.append(None)
+                g.datas.append(None)
+                g.shapes.append(r[0])
+                g.sizes.append(r[1])
+                g.sigs.append(r[2])
+                e = new(E)
+                e.cg = g
+                e.i = n
+                return e
+        return slow(x)
+    return f
+
+
+def binary_fn(op, slow, attr=None):
+    """f(x, y) == slow(x, y) for an op of two inputs, no data and attribute attr."""
+    E, new, S = Expression, _new_expr, runtime.state()
+
+    def f(x, y):
+        g = S.graph
+        if type(x) is E and type(y) is E and x.cg is g and y.cg is g:
+            r = g._f2.get(op)
+            if r is not None:
+                a = x.i
+                b = y.i
+                shapes = g.shapes
+                if r[4] is shapes[a] and r[5] is shapes[b] and r[6] is attr:
+                    depths = g.depths
+                    d = depths[a]
+                    if depths[b] > d:
+                        d = depths[b]
+                    depths.append(d + 1)
+                    needs = g.needs
+                    needs.append(r[3] and (needs[a] or needs[b]))
+                    uses = g.uses
+                    uses[a] += 1
+                    uses[b] += 1
+                    uses.append(0)
+                    ops = g.ops
+                    n = len(ops)
+                    ops.append(op)
+                    g.args.append((a, b))
+                    g.attrs.append(attr)
+                    g.datas.append(None)
+                    shapes.append(r[0])
+                    g.sizes.append(r[1])
+                    g.sigs.append(r[2])
+                    e = new(E)
+                    e.cg = g
+                    e.i = n
+                    return e
+        return slow(x, y)
+    return f
 
 
 def cg() -> ComputationGraph:

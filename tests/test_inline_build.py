@@ -1,0 +1,143 @@
+"""The API's inline fast paths (graph.unary_fn, binary_fn and the ones written out in
+affine_transform, lookup, pickneglogsoftmax, concatenate) must append exactly what the
+generic add() appends. A debug graph sends every node through add(), so random programs
+built in a normal graph and in a debug graph must give identical columns."""
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import autobatch as dy
+from autobatch.errors import StaleExpressionError
+from autobatch.graph import ComputationGraph
+
+COLUMNS = ("ops", "args", "attrs", "datas", "shapes", "sizes", "sigs", "depths", "needs", "uses", "sig_op")
+UNARY = ("tanh", "logistic", "rectify", "exp", "log", "sqrt", "square", "abs")
+BINARY = ("cmult", "cdiv")
+
+
+class Net:
+    def __init__(self):
+        self.pc = dy.ParameterCollection()
+        # two hidden sizes, so that one op meets inputs of several shapes in turn
+        self.E = {h: [self.pc.add_lookup_parameters((5, h)) for _ in range(2)] for h in (3, 4)}
+        self.b = {h: [self.pc.add_parameters((h,)) for _ in range(2)] for h in (3, 4)}
+        self.W = {(o, i): [self.pc.add_parameters((o, i)) for _ in range(2)]
+                  for o in (3, 4) for i in (3, 4, 6, 7, 8)}
+
+
+NET = None
+
+step = st.tuples(st.sampled_from(["lookup", "input", "unary", "punary", "binary", "concat", "affine",
+                                  "pnls", "esum", "add", "checkpoint", "revert"]),
+                 st.integers(0, 11), st.integers(0, 11), st.integers(0, 11))   # small: repeats
+
+
+def run(program):
+    """Interpret program in the current graph; returns nothing (the graph is the result)."""
+    net = NET
+    pool = [dy.lookup(net.E[3][0], 0), dy.lookup(net.E[4][0], 1)]
+    marks = []
+    for kind, u, v, w in program:
+        by = {}
+        for e in pool:
+            by.setdefault(e.dim()[0], []).append(e)
+        x = pool[-1 - u % len(pool)]      # recent nodes mostly, so patterns repeat
+        sx = x.dim()[0]
+        if kind == "lookup":
+            h = (3, 4)[u % 2]
+            pool.append(dy.lookup(net.E[h][v % 2], w % 5))
+        elif kind == "input":                # needs no gradient, unlike the parameters
+            pool.append(dy.inputVector([0.5] * (3, 4)[u % 2]))
+        elif kind == "unary":
+            pool.append(getattr(dy, UNARY[v % len(UNARY)])(x))
+        elif kind == "punary":               # a Parameter straight into the op
+            pool.append(getattr(dy, UNARY[v % len(UNARY)])(net.b[(3, 4)[w % 2]][u % 2]))
+        elif kind in ("binary", "add", "esum"):
+            same = by[sx]
+            y = same[v % len(same)]
+            if kind == "binary":
+                pool.append(getattr(dy, BINARY[w % 2])(x, y))
+            elif kind == "add":
+                pool.append(x + y)
+            else:
+                z = same[w % len(same)]
+                pool.append(dy.esum([x, y] if w % 2 else [x, y, z]))
+        elif kind == "concat":
+            small = [e for e in pool if e.dim()[0][0] <= 4]
+            a, b = small[u % len(small)], small[v % len(small)]
+            pool.append(dy.concatenate([a, b]))
+        elif kind == "affine":
+            o = (3, 4)[v % 2]
+            k = sx[0]
+            if k in (3, 4, 6, 7, 8):
+                bias = net.b[o][w % 2]
+                pool.append(dy.affine_transform([bias, net.W[(o, k)][(w // 2) % 2], x]))
+        elif kind == "pnls":
+            pool.append(dy.pickneglogsoftmax(x, w % sx[0]))
+        elif kind == "checkpoint":
+            dy.cg_checkpoint()
+            marks.append(len(pool))
+        elif kind == "revert" and marks:
+            dy.cg_revert()
+            del pool[marks.pop():]
+
+
+def columns(debug, program):
+    dy.set_debug(debug)
+    try:
+        g = dy.renew_cg()
+        assert isinstance(g, ComputationGraph) and (type(g) is ComputationGraph) != debug
+        run(program)
+        cols = {c: list(getattr(g, c)) for c in COLUMNS}
+        cols["datas"] = [d.tolist() if hasattr(d, "tolist") else d for d in cols["datas"]]
+        return cols
+    finally:
+        dy.set_debug(False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(step, min_size=8, max_size=60))
+def test_inline_paths_append_what_add_appends(program):
+    global NET
+    if NET is None:
+        NET = Net()
+    fast, plain = columns(False, program), columns(True, program)
+    for c in COLUMNS:
+        assert fast[c] == plain[c], c
+
+
+def test_inline_paths_are_taken(monkeypatch):
+    """Most nodes of a repeated pattern must bypass add()/add1()/add2()/add_affine()."""
+    net = Net()
+    calls = []
+    for name in ("add", "add1", "add2", "add_affine", "add_lookup"):
+        orig = getattr(ComputationGraph, name)
+        monkeypatch.setattr(ComputationGraph, name,
+                            lambda self, *a, _o=orig, **k: (calls.append(1), _o(self, *a, **k))[1])
+    g = dy.renew_cg()
+    W, b, E = net.W[(3, 6)][0], net.b[3][0], net.E[3][0]
+    for k in range(20):
+        x = dy.concatenate([dy.lookup(E, k % 5), dy.tanh(dy.lookup(E, 1))])
+        h = dy.cmult(dy.logistic(dy.affine_transform([b, W, x])), dy.lookup(E, 2))
+        dy.pickneglogsoftmax(h, 1)
+    assert len(g.ops) > 150 and len(calls) < 20
+
+
+def test_inline_paths_check_their_inputs():
+    net = Net()
+    old = dy.lookup(net.E[3][0], 0)
+    dy.tanh(old)                          # fills the caches of the old graph
+    dy.renew_cg()
+    x = dy.lookup(net.E[3][0], 0)
+    dy.tanh(x), dy.cmult(x, x), dy.concatenate([x, x])
+    dy.affine_transform([net.b[3][0], net.W[(3, 3)][0], x])
+    for f in (lambda: dy.tanh(old), lambda: dy.cmult(x, old), lambda: dy.concatenate([old, x]),
+              lambda: dy.affine_transform([net.b[3][0], net.W[(3, 3)][0], old])):
+        with pytest.raises(StaleExpressionError):
+            f()
+    with pytest.raises(dy.GraphError, match="pickneglogsoftmax"):
+        dy.pickneglogsoftmax(x, 3)        # shape (3,): label 3 is out of range
+    with pytest.raises(dy.GraphError, match="lookup"):
+        dy.lookup(net.E[3][0], 5)
+    with pytest.raises((TypeError, dy.GraphError), match="affine_transform|Expression"):
+        dy.affine_transform([net.b[3][0], [[1.0]], x])     # an unhashable W
