@@ -365,12 +365,62 @@ def elu(x, alpha: float = 1.0) -> Expression:
 
 def esum(xs: Sequence) -> Expression:
     """Sum of same-shape expressions."""
+    if type(xs) is list:
+        if len(xs) == 2:
+            return _add2(xs[0], xs[1])
+        if len(xs) == 3:                                # the inline path of graph.unary_fn
+            x, y, z = xs
+            g = _S.graph
+            if type(x) is Expression and type(y) is Expression and type(z) is Expression \
+                    and x.cg is g and y.cg is g and z.cg is g:
+                a, b, c = x.i, y.i, z.i
+                r = g._f3.get(_ADD)
+                shapes = g.shapes
+                if r is not None and r[4] is shapes[a] and r[5] is shapes[b] and r[6] is shapes[c]:
+                    depths = g.depths
+                    d = depths[a]
+                    if depths[b] > d:
+                        d = depths[b]
+                    if depths[c] > d:
+                        d = depths[c]
+                    depths.append(d + 1)
+                    needs = g.needs
+                    needs.append(r[3] and (needs[a] or needs[b] or needs[c]))
+                    uses = g.uses
+                    uses[a] += 1
+                    uses[b] += 1
+                    uses[c] += 1
+                    uses.append(0)
+                    ops = g.ops
+                    n = len(ops)
+                    ops.append(_ADD)
+                    g.args.append((a, b, c))
+                    g.attrs.append(None)
+                    g.datas.append(None)
+                    shapes.append(r[0])
+                    g.sizes.append(r[1])
+                    g.sigs.append(r[2])
+                    e = _new_expr(Expression)
+                    e.cg = g
+                    e.i = n
+                    return e
+                return g.add3(_ADD, a, b, c)
     xs = list(xs)
     g = _S.graph
     ids = [x.i for x in xs if type(x) is Expression and x.cg is g]
     if len(ids) == len(xs) > 1:                         # the common case: no conversions
         return g.add2(_ADD, ids[0], ids[1]) if len(ids) == 2 else g.add(_ADD, tuple(ids))
     return xs[0] if len(xs) == 1 and type(xs[0]) is Expression else _opl(_ADD, xs)
+
+
+def _add2_slow(x, y):
+    g = _S.graph
+    if type(x) is Expression and type(y) is Expression and x.cg is g and y.cg is g:
+        return g.add2(_ADD, x.i, y.i)
+    return _opl(_ADD, [x, y])
+
+
+_add2 = binary_fn(_ADD, _add2_slow)
 
 
 def average(xs: Sequence) -> Expression:

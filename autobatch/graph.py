@@ -90,6 +90,7 @@ class ComputationGraph:
         # the API's inline fast paths read them and check the input shapes by identity
         self._f1: dict = {}         # op -> add1 entry + (input shape,)
         self._f2: dict = {}         # op -> add2 entry + (input shapes, attr)
+        self._f3: dict = {}         # op -> add3 entry + (input shapes,)
         self._fw: dict = {}         # W -> add_affine entry (b and x's shape in it)
         self._flk: dict = {}        # lookup table -> (out, size, sig, diff, node, rows)
         self._recipes: dict = {}    # recipes.step templates (signatures are per graph)
@@ -269,6 +270,17 @@ class ComputationGraph:
         e.i = n
         return e
 
+    def add3(self, op, a: int, b: int, c: int) -> "Expression":
+        """add(op, (a, b, c)) for an op without attr, data or shared inputs (esum of three);
+        the cache serves esum's inline fast path, so a hit here needs no fast code."""
+        shapes = self.shapes
+        key = (op, shapes[a], shapes[b], shapes[c])
+        r = self._fast.get(key)
+        if r is None:
+            return self._add_caching(op, (a, b, c), key)
+        self._f3[op] = r
+        return self.add(op, (a, b, c))
+
     def add_affine(self, op, b, w, x: int) -> "Expression":
         """b + W·x with Parameters b and W: keyed by the parameter objects, so the two
         parameter-node lookups and the signature come from one dict lookup."""
@@ -371,7 +383,7 @@ class ComputationGraph:
             # the key's shapes (and attr) ride along: the inline fast paths check them
             self._fast[key] = f = (r[0], r[1], self.sigs[e.i], op.differentiable) + key[1:]
             if not by_node:
-                (self._f1 if len(args) == 1 else self._f2)[op] = f
+                (self._f1, self._f2, self._f3)[len(args) - 1][op] = f
         return e
 
     def add_lookup(self, op, p, index: int) -> "Expression":
@@ -469,7 +481,10 @@ class ThroughAdd:
     must see every node: the debug graph records lines, the vertex tracer records symbols."""
 
     # the API's inline fast paths find nothing here, so every node goes through add()
-    _f1 = _f2 = _fw = _flk = MappingProxyType({})
+    _f1 = _f2 = _f3 = _fw = _flk = MappingProxyType({})
+
+    def add3(self, op, a, b, c):
+        return self.add(op, (a, b, c))
 
     def add_lookup(self, op, p, index):
         return self.add(op, (self.pid(p),), None, index)
