@@ -66,19 +66,6 @@ def _op2(op, x, y) -> Expression:
                   y.i if type(y) is Expression and y.cg is g else _id(y, g, op))
 
 
-def _inline1(slow, op):
-    """slow with graph.unary_fn's inline fast path in front, under slow's name and doc."""
-    f = unary_fn(op, slow)
-    f.__name__, f.__qualname__, f.__doc__ = slow.__name__, slow.__qualname__, slow.__doc__
-    return f
-
-
-def _inline2(slow, op):
-    f = binary_fn(op, slow)
-    f.__name__, f.__qualname__, f.__doc__ = slow.__name__, slow.__qualname__, slow.__doc__
-    return f
-
-
 def _opl(op, xs: Sequence, attr=None, data=None) -> Expression:
     if len(xs) == 0:
         raise GraphError(f"{op.name}: needs at least one expression, got an empty list [at {user_line()}]")
@@ -283,7 +270,7 @@ def tanh(x) -> Expression:
     return _op1(_TANH, x)
 
 
-tanh = _inline1(tanh, _TANH)
+tanh = unary_fn(_TANH, tanh)
 
 
 def logistic(x) -> Expression:
@@ -291,7 +278,7 @@ def logistic(x) -> Expression:
     return _op1(_LOGISTIC, x)
 
 
-logistic = _inline1(logistic, _LOGISTIC)
+logistic = unary_fn(_LOGISTIC, logistic)
 
 
 def rectify(x) -> Expression:
@@ -299,7 +286,7 @@ def rectify(x) -> Expression:
     return _op1(_RECTIFY, x)
 
 
-rectify = _inline1(rectify, _RECTIFY)
+rectify = unary_fn(_RECTIFY, rectify)
 
 
 def exp(x) -> Expression:
@@ -307,7 +294,7 @@ def exp(x) -> Expression:
     return _op1(_EXP, x)
 
 
-exp = _inline1(exp, _EXP)
+exp = unary_fn(_EXP, exp)
 
 
 def log(x) -> Expression:
@@ -315,7 +302,7 @@ def log(x) -> Expression:
     return _op1(_LOG, x)
 
 
-log = _inline1(log, _LOG)
+log = unary_fn(_LOG, log)
 
 
 def sqrt(x) -> Expression:
@@ -323,7 +310,7 @@ def sqrt(x) -> Expression:
     return _op1(_SQRT, x)
 
 
-sqrt = _inline1(sqrt, _SQRT)
+sqrt = unary_fn(_SQRT, sqrt)
 
 
 def square(x) -> Expression:
@@ -331,7 +318,7 @@ def square(x) -> Expression:
     return _op1(_SQUARE, x)
 
 
-square = _inline1(square, _SQUARE)
+square = unary_fn(_SQUARE, square)
 
 
 def abs(x) -> Expression:  # noqa: A001  (DyNet's name)
@@ -339,7 +326,7 @@ def abs(x) -> Expression:  # noqa: A001  (DyNet's name)
     return _op1(_ABS, x)
 
 
-abs = _inline1(abs, _ABS)  # noqa: A001
+abs = unary_fn(_ABS, abs)  # noqa: A001
 
 
 def cmult(x, y) -> Expression:
@@ -347,7 +334,7 @@ def cmult(x, y) -> Expression:
     return _op2(_CMULT, x, y)
 
 
-cmult = _inline2(cmult, _CMULT)
+cmult = binary_fn(_CMULT, cmult)
 
 
 def cdiv(x, y) -> Expression:
@@ -355,7 +342,7 @@ def cdiv(x, y) -> Expression:
     return _op2(_CDIV, x, y)
 
 
-cdiv = _inline2(cdiv, _CDIV)
+cdiv = binary_fn(_CDIV, cdiv)
 
 
 def elu(x, alpha: float = 1.0) -> Expression:
@@ -693,13 +680,14 @@ def _getitem(x, k):
     return pick(x, k + n if -n <= k < 0 else k)   # x[-1] is the last element, as in DyNet
 
 
-Expression.__add__ = _add
+# Expression op Expression: the inline path of graph.binary_fn, then the general one
+Expression.__add__ = binary_fn(_ADD, _add)
 Expression.__radd__ = lambda self, o: _add(o, self)
-Expression.__sub__ = _sub
+Expression.__sub__ = binary_fn(_SUB, _sub)
 Expression.__rsub__ = lambda self, o: _sub(o, self)
 Expression.__mul__ = _mul
 Expression.__rmul__ = lambda self, o: _mul(o, self)
-Expression.__truediv__ = _div
+Expression.__truediv__ = binary_fn(_CDIV, _div)
 Expression.__rtruediv__ = lambda self, o: _div(o, self)
 Expression.__neg__ = lambda self: _op(_SCALE, self, attr=(-1.0, 0.0))
 Expression.__getitem__ = _getitem

@@ -6,6 +6,7 @@ shape, size, signature, depth, arena offset). Ids are topological: arguments
 always precede their users, so "everything up to node i" is a closed set."""
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 import time
@@ -634,7 +635,7 @@ def unary_fn(op, slow):
                 e.i = n
                 return e
         return slow(x)
-    return f
+    return functools.update_wrapper(f, slow)    # slow's name, doc and signature
 
 
 def binary_fn(op, slow, attr=None):
@@ -675,7 +676,7 @@ def binary_fn(op, slow, attr=None):
                     e.i = n
                     return e
         return slow(x, y)
-    return f
+    return functools.update_wrapper(f, slow)
 
 
 def cg() -> ComputationGraph:

@@ -57,8 +57,8 @@ def run(program):
             y = same[v % len(same)]
             if kind == "binary":
                 pool.append(getattr(dy, BINARY[w % 2])(x, y))
-            elif kind == "add":
-                pool.append(x + y)
+            elif kind == "add":             # the operators' inline paths
+                pool.append((x + y, x - y, x / y)[w % 3])
             else:
                 z = same[w % len(same)]
                 pool.append(dy.esum([x, y] if w % 2 else [x, y, z]))
