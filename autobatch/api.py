@@ -202,15 +202,11 @@ def _matmul(a, b) -> Expression:
 
 def affine_transform(xs: Sequence) -> Expression:
     """b + W1·x1 + W2·x2 + … from [b, W1, x1, W2, x2, …]; one GEMM per pair per batch."""
-    if type(xs) is not list:
-        xs = list(xs)
-    if len(xs) == 1:
-        return xs[0] if type(xs[0]) is Expression else parameter(xs[0])
-    g = _S.graph or cg()
-    if len(xs) == 3:                 # the common b + W·x: no generic checks
+    if type(xs) is list and len(xs) == 3:
         b, w, x = xs
-        if type(x) is Expression and x.cg is g:
-            r = g._fw.get(w) if type(w) is Parameter else None   # add_affine's last entry for W
+        g = _S.graph
+        if type(x) is Expression and x.cg is g and type(w) is Parameter:
+            r = g._fw.get(w)         # add_affine's last entry for W: see graph.unary_fn
             if r is not None and r[4] is b and r[5] is g.shapes[x.i]:
                 xi = x.i
                 pb, pw = r[6], r[7]
@@ -235,6 +231,14 @@ def affine_transform(xs: Sequence) -> Expression:
                 e.cg = g
                 e.i = n
                 return e
+    if type(xs) is not list:
+        xs = list(xs)
+    if len(xs) == 1:
+        return xs[0] if type(xs[0]) is Expression else parameter(xs[0])
+    g = _S.graph or cg()
+    if len(xs) == 3:                 # the common b + W·x: no generic checks
+        b, w, x = xs
+        if type(x) is Expression and x.cg is g:
             if isinstance(w, Parameter):
                 if isinstance(b, Parameter):
                     return g.add_affine(_AFFINE, b, w, x.i)
