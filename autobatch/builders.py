@@ -297,7 +297,12 @@ class _Builder:
             if type(x) is not Expression or x.cg is not g or shapes[x.i] != shape:
                 return None
         pids, step = run.pids, self._layer_step
-        known: dict = {}          # (layer, h shape, c shape) -> the step's template or False
+        # (layer, h shape, c shape) -> the step's template or False, kept per graph and builder:
+        # a template fits any inputs of its shapes, and a char BiLSTM transduces one short
+        # word per call, so per call its first steps would look their templates up again
+        known = g._recipes.get(self)
+        if known is None:
+            known = g._recipes[self] = {}
         out = []
         for x in xs:
             for l in range(L):
