@@ -73,10 +73,17 @@ def _compile(g, n0, n1, ins, outs):
         for c in ("ops", "attrs", "datas", "shapes", "sizes"):
             cols[c].append(getattr(g, c)[n])
         if r[3]:                       # the signature names shared operands: look it up per step
-            const[f"_K{k}"], const[f"_O{k}"] = r[2], op
-            sk = ", ".join(ref(a_n[j]) for j in r[3])
-            body.append(f"s{k} = sigtab.get((_K{k}, {sk}))")
-            body.append(f"if s{k} is None: s{k} = g._intern((_K{k}, {sk}), _O{k})")
+            # ... unless they are the last step's (a sequence's parameters): _M{k} holds the
+            # last operand ids and their signature, per template, so per graph
+            const[f"_K{k}"], const[f"_O{k}"], const[f"_M{k}"] = r[2], op, [None] * (len(r[3]) + 1)
+            refs = [ref(a_n[j]) for j in r[3]]
+            sk = ", ".join(refs)
+            same = " and ".join(f"_M{k}[{j}] == {a}" for j, a in enumerate(refs))
+            body.append(f"if {same}: s{k} = _M{k}[{len(refs)}]")
+            body.append("else:")
+            body.append(f"    s{k} = sigtab.get((_K{k}, {sk}))")
+            body.append(f"    if s{k} is None: s{k} = g._intern((_K{k}, {sk}), _O{k})")
+            body.append(f"    _M{k}[:] = ({sk}, s{k})")
             cols["sigs"].append(None)
         else:
             cols["sigs"].append(g.sigs[n])
