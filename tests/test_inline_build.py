@@ -135,9 +135,11 @@ def test_inline_paths_check_their_inputs():
               lambda: dy.affine_transform([net.b[3][0], net.W[(3, 3)][0], old])):
         with pytest.raises(StaleExpressionError):
             f()
-    with pytest.raises(dy.GraphError, match="pickneglogsoftmax"):
-        dy.pickneglogsoftmax(x, 3)        # shape (3,): label 3 is out of range
-    with pytest.raises(dy.GraphError, match="lookup"):
-        dy.lookup(net.E[3][0], 5)
+    dy.pickneglogsoftmax(x, 2)            # fills the caches: the checks below are the fast paths
+    for label, row in ((3, 5), (-1, -1)):  # out of range for shape (3,) and a table of 5 rows
+        with pytest.raises(dy.GraphError, match="pickneglogsoftmax"):
+            dy.pickneglogsoftmax(x, label)
+        with pytest.raises(dy.GraphError, match="lookup"):
+            dy.lookup(net.E[3][0], row)
     with pytest.raises((TypeError, dy.GraphError), match="affine_transform|Expression"):
         dy.affine_transform([net.b[3][0], [[1.0]], x])     # an unhashable W
