@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import autobatch as dy
-from autobatch.vertex import fuse, lazygrad
+from autobatch.vertex import engine, fuse, lazygrad
 
 from conftest import to_np
 
@@ -224,7 +224,7 @@ def test_split_backward_equals_backward(name):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("opt", ["fuse", "lazygrad"])
+@pytest.mark.parametrize("opt", ["fuse", "lazygrad", "track"])
 def test_optimisations_do_not_change_results(f64, opt):
     m = TreeLSTM()
     gs, words, labels = _tree_batch(np.random.default_rng(4))
@@ -232,12 +232,12 @@ def test_optimisations_do_not_change_results(f64, opt):
     def build():
         return dy.sum_elems(m.cell(gs, word=words, label=labels)["loss"])
     on = _run(m.pc, build)
-    mod = fuse if opt == "fuse" else lazygrad
-    mod.ENABLED = False
+    mod, flag = {"fuse": (fuse, "ENABLED"), "lazygrad": (lazygrad, "ENABLED"), "track": (engine, "TRACK")}[opt]
+    setattr(mod, flag, False)
     try:
         off = _run(m.pc, build)
     finally:
-        mod.ENABLED = True
+        setattr(mod, flag, True)
     _close(on, off, 1e-12)
 
 

@@ -24,12 +24,29 @@ from . import fuse, lazygrad
 class _Kind:
     """Runtime state of one kind in one call."""
 
-    __slots__ = ("t", "rows", "n", "buf", "g", "ids", "seeds", "code", "deferred")
+    __slots__ = ("t", "rows", "n", "buf", "g", "ids", "seeds", "code", "deferred", "gz", "full", "blk")
 
     def __init__(self, t, rows):
         self.t, self.rows, self.n = t, rows, rows.n
         self.buf, self.g, self.ids, self.seeds = {}, {}, {}, None
         self.deferred = []
+        # backward: gradient blocks holding values (the rest of the arena is stale): gz was
+        # zeroed up front, full was written over all rows, blk over the current frontier's
+        self.gz, self.full, self.blk = (), set(), set()
+
+
+# False: zero the whole gradient arena and add every gradient (the plain path, for tests)
+TRACK = True
+
+
+class _All:
+    """Every symbol (TRACK off: the whole gradient arena is zeroed)."""
+
+    def __contains__(self, s):
+        return True
+
+
+_ALL = _All()
 
 
 def _size(shape):
@@ -269,10 +286,11 @@ class Run:
         return out
 
     # ------------------------------------------------------------------ backward
-    def _back(self, K, s, r0, r1, pg, defer):
+    def _back(self, K, s, r0, r1, pg, defer, whole):
         t = K.t
         if s in t.concat_free:
             return                          # its inputs' gradients already are its gradient
+        self._gready(K, s, r0, r1, whole)
         src = t.src[s]
         op, args, attr = src[1], src[2], src[3]
         gy = K.g[s][r0:r1]
@@ -282,13 +300,50 @@ class Run:
             grads = op.input_grads(self.xp, xs, gy, attr, [t.need[a] for a in args])
             if grads is not None:
                 K.deferred.append((s, r0, r1))
-                self._take_grads(K, args, shared, grads, r0, r1, pg)
+                self._take_grads(K, args, shared, grads, r0, r1, pg, whole)
                 return
         data = self._data(K, src, s, r0, r1) if op.has_data else None
         grads = op.backward(self.xp, xs, K.buf[s][r0:r1], gy, attr, data)
-        self._take_grads(K, args, shared, grads, r0, r1, pg)
+        self._take_grads(K, args, shared, grads, r0, r1, pg, whole)
 
-    def _take_grads(self, K, args, shared, grads, r0, r1, pg):
+    # Gradient writes. The gradient arena is recycled and not zeroed (that memset cost as much
+    # as an elementwise op's backward): the first write to a block assigns, later ones add,
+    # and a block read before any write (no gradient reached it) is zeroed then. A block is a
+    # frontier's rows of a symbol, or all rows for the phases that run over all of them.
+    @staticmethod
+    def _has(K, p, whole):
+        return p in K.gz or p in K.full or (not whole and p in K.blk)
+
+    def _gput(self, K, a, r0, r1, gr, whole):
+        """K.g[a][r0:r1] += gr, a block nothing wrote yet assigned instead."""
+        dst = K.g[a][r0:r1]
+        parts = K.t.gparts.get(a)
+        if parts is None:
+            if self._has(K, a, whole):
+                dst += gr
+            else:
+                dst[...] = gr
+                (K.full if whole else K.blk).add(a)
+            return
+        have = [self._has(K, p, whole) for p, _, _ in parts]
+        if all(have):
+            dst += gr
+        elif not any(have):
+            dst[...] = gr
+            (K.full if whole else K.blk).update(p for p, _, _ in parts)
+        else:                               # the concat's parts one by one
+            g2 = self.xp.broadcast_to(gr, dst.shape).reshape(dst.shape[0], -1)
+            for p, c0, c1 in parts:
+                self._gput(K, p, r0, r1, g2[:, c0:c1].reshape(K.g[p][r0:r1].shape), whole)
+
+    def _gready(self, K, s, r0, r1, whole):
+        """K.g[s][r0:r1] is about to be read: zero the parts of it nothing wrote."""
+        for p, _, _ in K.t.gparts.get(s, ((s, 0, 0),)):
+            if not self._has(K, p, whole):
+                K.g[p][r0:r1] = 0
+                (K.full if whole else K.blk).add(p)
+
+    def _take_grads(self, K, args, shared, grads, r0, r1, pg, whole):
         t = K.t
         for j, gr in enumerate(grads):
             if gr is None:
@@ -304,7 +359,7 @@ class Run:
                     gr = gr.sum(axis=0)
                 pg.setdefault(self.pindex[(id(p), u)], []).append(gr)
             else:
-                K.g[a][r0:r1] += gr
+                self._gput(K, a, r0, r1, gr, whole)
 
     def backward(self, xp, xs, gy):
         plan, kinds, dtype = self.plan, self.kinds, self.dtype
@@ -313,10 +368,22 @@ class Run:
         lazy = lazygrad.enabled()
         if getattr(self, "garena", None) is None:
             self.garena = self.fn._arena(xp, dtype, self.n_arena)
-        self.garena[:self.n_arena] = 0
         gstate = self._views(self.garena, kinds, K_attr="g")
+        dup = plan.shared_children
+        assign = TRACK and self._scatter_once(kinds, dup)
         for K in kinds:
             K.deferred = []
+            K.full, K.blk = set(), set()
+            if TRACK:
+                K.gz = K.t.gzero
+                for p in K.gz:
+                    K.g[p][...] = 0
+            else:
+                K.gz = _ALL
+        if not TRACK:
+            self.garena[:self.n_arena] = 0
+        else:
+            self._zero_state(xp, gstate, kinds, assign)
         gy = gy.reshape(-1)
         for name, shape, size, off in self.pushes:
             seg = gy[off:off + N * size].reshape((N,) + shape, order="F")
@@ -328,30 +395,32 @@ class Run:
                         _, p, u = K.t.src[s]
                         pg.setdefault(self.pindex[(id(p), u)], []).append(g.sum(axis=0).reshape(p.data.shape))
                     else:
-                        K.g[s] += g.reshape(K.g[s].shape)
-        dup = plan.shared_children
+                        self._gput(K, s, 0, K.n, g.reshape(K.g[s].shape), True)
         for K in kinds:
             t = K.t
             for s in reversed(t.post):
                 if t.need[s]:
-                    self._back(K, s, 0, K.n, pg, False)
+                    self._back(K, s, 0, K.n, pg, False, True)
             for c, j, s in t.gathers:
                 if t.phase[s] == "post":
-                    self._gather_back(xp, gstate[j], K.rows.childpos[:, c], K.g[s], dup)
+                    self._gready(K, s, 0, K.n, True)
+                    self._gather_back(xp, gstate[j], K.rows.childpos[:, c], K.g[s], dup, assign)
         for lvl, k, r0, r1, g0 in reversed(plan.steps):
             K = kinds[k]
             t = K.t
             if not t.front and not t.gathers:
                 continue
+            K.blk = set()
             for j, s in enumerate(t.scatter):
                 if t.phase[s] != "pre" and t.need[s]:
-                    K.g[s][r0:r1] += gstate[j][g0:g0 + r1 - r0]
+                    self._gput(K, s, r0, r1, gstate[j][g0:g0 + r1 - r0], False)
             for s in reversed(t.front):
                 if t.need[s]:
-                    self._back(K, s, r0, r1, pg, lazy)
+                    self._back(K, s, r0, r1, pg, lazy, False)
             for c, j, s in t.gathers:
                 if t.phase[s] == "front":
-                    self._gather_back(xp, gstate[j], K.rows.childpos[r0:r1, c], K.g[s][r0:r1], dup)
+                    self._gready(K, s, r0, r1, False)
+                    self._gather_back(xp, gstate[j], K.rows.childpos[r0:r1, c], K.g[s][r0:r1], dup, assign)
         for K in kinds:
             t = K.t
             for s in self._merged(K.deferred):
@@ -360,7 +429,7 @@ class Run:
                 shared = op.shared_of(len(args))
                 xs_ = [self._x(K, a, j not in shared, 0, K.n) for j, a in enumerate(args)]
                 grads = op.param_grads(xp, xs_, K.g[s], src[3], [t.need[a] for a in args])
-                self._take_grads(K, args, shared, grads, 0, K.n, pg)
+                self._take_grads(K, args, shared, grads, 0, K.n, pg, True)
             pos = xp.asarray(K.rows.pos)
             for j, s in enumerate(t.scatter):
                 if t.phase[s] == "pre" and t.need[s]:
@@ -369,10 +438,10 @@ class Run:
                         _, p, u = t.src[s]
                         pg.setdefault(self.pindex[(id(p), u)], []).append(gs.sum(axis=0))
                     else:
-                        K.g[s] += gs
+                        self._gput(K, s, 0, K.n, gs, True)
             for s in reversed(t.pre):
                 if t.need[s]:
-                    self._back(K, s, 0, K.n, pg, False)
+                    self._back(K, s, 0, K.n, pg, False, True)
         return self._param_grads(xp, pg) + self._pull_grads(xp, xs)
 
     @staticmethod
@@ -381,14 +450,49 @@ class Run:
         same symbols, so together they cover all rows of the kind."""
         return list(dict.fromkeys(s for s, _, _ in deferred))
 
-    def _gather_back(self, xp, gstate, idx, g, dup):
+    @staticmethod
+    def _scatter_once(kinds, dup):
+        """Whether every row of the scatter state gets at most one gradient write: no child
+        is shared and no kind gathers the same (child, value) twice. Backward then assigns
+        those rows instead of adding to a zeroed state."""
+        if dup:
+            return False
+        for K in kinds:
+            cj = [(c, j) for c, j, _ in K.t.gathers]
+            if len(set(cj)) != len(cj):
+                return False
+        return True
+
+    def _zero_state(self, xp, gstate, kinds, assign):
+        """Zero the scatter state's gradient, or with assign only the rows no parent writes
+        (roots, children a kind does not gather)."""
+        N = self.plan.N
+        for j, gs in enumerate(gstate):
+            if not assign:
+                gs[...] = 0
+                continue
+            hit = np.zeros(N + 1, dtype=bool)
+            for K in kinds:
+                for c, jj, _ in K.t.gathers:
+                    if jj == j:
+                        hit[K.rows.childpos[:, c]] = True
+            miss = np.flatnonzero(~hit[:N])
+            if len(miss):
+                gs[xp.asarray(miss)] = 0
+
+    def _gather_back(self, xp, gstate, idx, g, dup, assign):
         sl = _progression(idx)
-        if sl is not None:              # distinct rows: an in-place add into the strided view
-            gstate[sl] += g
+        if sl is not None:              # distinct rows: the strided view in place
+            if assign:
+                gstate[sl] = g
+            else:
+                gstate[sl] += g
             return
         idx = xp.asarray(idx)
         if dup:
             _add_at(xp, gstate, idx, g)
+        elif assign:
+            gstate[idx] = g            # repeats only hit row N, which backward never reads
         else:
             gstate[idx] += g           # unique children; repeats only hit the zero row N
 
@@ -425,6 +529,7 @@ class Run:
             for K in self.kinds:
                 for s, nm in K.t.pulls:
                     if nm == name and K.t.need[s]:
+                        self._gready(K, s, 0, K.n, True)
                         if g is None:
                             g = xp.zeros((N, src.size), dtype=self.dtype)
                         g[K.rows.gids] += K.g[s].reshape(K.n, src.size)
