@@ -511,9 +511,16 @@ class Run:
                     _add_at(xp, d, xp.asarray(r.rows), r.vals.reshape((-1,) + p.data.shape[1:]))
                 out.append(d)
             else:
-                r = xp.concatenate([xp.asarray(r.rows).reshape(-1) for r in rows])
-                v = xp.concatenate([r.vals.reshape((-1,) + p.data.shape[1:]) for r in rows])
-                out.append(RowGrad(r, v).summed(xp))
+                # one lookup (the usual case): no concatenation, which copies its rows; the
+                # rows may be views of the recycled gradient arena, so a result that still
+                # holds them (no repeated row) gets its own copy
+                r = [xp.asarray(r.rows).reshape(-1) for r in rows]
+                v = [r.vals.reshape((-1,) + p.data.shape[1:]) for r in rows]
+                g = RowGrad(r[0] if len(r) == 1 else xp.concatenate(r),
+                            v[0] if len(v) == 1 else xp.concatenate(v)).summed(xp)
+                if len(v) == 1 and g.vals is v[0]:
+                    g = RowGrad(g.rows, g.vals.copy())
+                out.append(g)
         return out
 
     def _pull_grads(self, xp, xs):
