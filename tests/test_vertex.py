@@ -95,6 +95,27 @@ def test_pushed_values_per_vertex(f64):
     assert out.graph("h", 1).dim()[0] == (gs[1].n, 4)
 
 
+def test_outputs_build_their_nodes_when_read(f64):
+    m = TreeLSTM()
+    gs, words, labels = _tree_batch(np.random.default_rng(1))
+    dy.renew_cg()
+    out = m.cell(gs, word=words, label=labels)
+    n0 = len(dy.cg().ops)
+    loss = out["loss"]
+    assert len(dy.cg().ops) == n0 + 2        # pickrange + reshape of "loss" only
+    assert out["loss"] is loss and len(dy.cg().ops) == n0 + 2
+    h = out["h"].npvalue()                    # read after the call ran: the same values
+    np.testing.assert_allclose(h[:, 0], [v.npvalue()[0] for v in m.cell.unbatched(gs, word=words, label=labels)["h"]],
+                               rtol=1e-12)
+    assert "h" in out and sorted(out.keys()) == ["h", "loss"]
+    with pytest.raises(KeyError, match="pushed: \\['h', 'loss'\\]"):
+        out["c"]
+    out = m.cell(gs, word=words, label=labels)
+    dy.renew_cg()
+    with pytest.raises(dy.StaleExpressionError, match="renewed"):
+        out["h"]                              # not built before the graph was renewed
+
+
 def test_trace_reused_and_renewed_on_shape_change(f64):
     m = TreeLSTM()
     rng = np.random.default_rng(2)
