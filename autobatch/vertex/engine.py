@@ -24,7 +24,8 @@ from . import fuse, lazygrad
 class _Kind:
     """Runtime state of one kind in one call."""
 
-    __slots__ = ("t", "rows", "n", "buf", "g", "ids", "seeds", "code", "deferred", "gz", "full", "blk")
+    __slots__ = ("t", "rows", "n", "buf", "g", "ids", "seeds", "code", "deferred", "gz", "full", "blk",
+                 "free", "ov")
 
     def __init__(self, t, rows):
         self.t, self.rows, self.n = t, rows, rows.n
@@ -33,6 +34,9 @@ class _Kind:
         # backward: gradient blocks holding values (the rest of the arena is stale): gz was
         # zeroed up front, full was written over all rows, blk over the current frontier's
         self.gz, self.full, self.blk = (), set(), set()
+        # free: symbols (Trace.gfree) whose frontier gradient may stay the array an op
+        # returned, ov: those arrays for the current frontier (no copy into the arena)
+        self.free, self.ov = (), {}
 
 
 # False: zero the whole gradient arena and add every gradient (the plain path, for tests)
@@ -290,10 +294,9 @@ class Run:
         t = K.t
         if s in t.concat_free:
             return                          # its inputs' gradients already are its gradient
-        self._gready(K, s, r0, r1, whole)
+        gy = self._grad(K, s, r0, r1, whole)
         src = t.src[s]
         op, args, attr = src[1], src[2], src[3]
-        gy = K.g[s][r0:r1]
         shared = op.shared_of(len(args))
         xs = [self._x(K, a, j not in shared, r0, r1) for j, a in enumerate(args)]
         if defer:
@@ -316,6 +319,15 @@ class Run:
 
     def _gput(self, K, a, r0, r1, gr, whole):
         """K.g[a][r0:r1] += gr, a block nothing wrote yet assigned instead."""
+        if not whole and a in K.free and a not in K.full:
+            if a not in K.blk:
+                if gr.shape == (r1 - r0,) + K.t.shapes[a] and gr.dtype == self.dtype:
+                    K.ov[a] = gr            # kept, not copied; never written in place: ops
+                    K.blk.add(a)            # may return one array for several inputs
+                    return
+            elif a in K.ov:
+                K.ov[a] = K.ov[a] + gr
+                return
         dst = K.g[a][r0:r1]
         parts = K.t.gparts.get(a)
         if parts is None:
@@ -335,6 +347,14 @@ class Run:
             g2 = self.xp.broadcast_to(gr, dst.shape).reshape(dst.shape[0], -1)
             for p, c0, c1 in parts:
                 self._gput(K, p, r0, r1, g2[:, c0:c1].reshape(K.g[p][r0:r1].shape), whole)
+
+    def _grad(self, K, s, r0, r1, whole):
+        """The gradient block of s, to read."""
+        v = None if whole else K.ov.get(s)
+        if v is None:
+            self._gready(K, s, r0, r1, whole)
+            v = K.g[s][r0:r1]
+        return v
 
     def _gready(self, K, s, r0, r1, whole):
         """K.g[s][r0:r1] is about to be read: zero the parts of it nothing wrote."""
@@ -373,13 +393,13 @@ class Run:
         assign = TRACK and self._scatter_once(kinds, dup)
         for K in kinds:
             K.deferred = []
-            K.full, K.blk = set(), set()
+            K.full, K.blk, K.ov = set(), set(), {}
             if TRACK:
-                K.gz = K.t.gzero
+                K.gz, K.free = K.t.gzero, K.t.gfree
                 for p in K.gz:
                     K.g[p][...] = 0
             else:
-                K.gz = _ALL
+                K.gz, K.free = _ALL, ()
         if not TRACK:
             self.garena[:self.n_arena] = 0
         else:
@@ -410,7 +430,7 @@ class Run:
             t = K.t
             if not t.front and not t.gathers:
                 continue
-            K.blk = set()
+            K.blk, K.ov = set(), {}
             for j, s in enumerate(t.scatter):
                 if t.phase[s] != "pre" and t.need[s]:
                     self._gput(K, s, r0, r1, gstate[j][g0:g0 + r1 - r0], False)
@@ -419,8 +439,8 @@ class Run:
                     self._back(K, s, r0, r1, pg, lazy, False)
             for c, j, s in t.gathers:
                 if t.phase[s] == "front":
-                    self._gready(K, s, r0, r1, False)
-                    self._gather_back(xp, gstate[j], K.rows.childpos[r0:r1, c], K.g[s][r0:r1], dup, assign)
+                    self._gather_back(xp, gstate[j], K.rows.childpos[r0:r1, c], self._grad(K, s, r0, r1, False),
+                                      dup, assign)
         for K in kinds:
             t = K.t
             for s in self._merged(K.deferred):

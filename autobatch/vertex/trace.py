@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from ..errors import GraphError, user_line
 from ..graph import Expression, ThroughAdd, _rule
+from ..ops.base import Op
 from ..ops.random import _Random
 
 PARAM, PULL, GATHER, OP = "param", "pull", "gather", "op"
@@ -306,6 +307,13 @@ class Trace:
                 if not self.is_param[a] and (self.phase[a] == "pre" or j in shared):
                     zero.update(p for p, _, _ in self.gparts.get(a, [(a, 0, 0)]))
         self.gzero = zero
+        # front symbols whose frontier gradient may be the array an op returned (engine.py):
+        # read only within their frontier, so not concat parts (their concat's buffer holds
+        # them) nor outputs of ops that split their backward (param_grads reads all rows)
+        deferring = {s for s in ops if type(self.src[s][1]).input_grads is not Op.input_grads}
+        self.gfree = frozenset(s for s in range(len(self.src))
+                               if self.phase[s] == "front" and not self.is_param[s] and s not in zero
+                               and s not in self.alias and s not in self.gparts and s not in deferring)
 
     def key_of(self, arity, kind):
         return (arity if "arity" in self.reads else None, kind if "kind" in self.reads else None)
