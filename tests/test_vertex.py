@@ -441,3 +441,53 @@ def test_even_child_rows_become_slices():
     assert _progression(np.array([5, 6, 7])) == slice(5, 8, 1)
     for idx in ([], [4, 4, 4], [6, 4, 2], [0, 2, 5], [0, 2, 4, 7]):
         assert _progression(np.array(idx, dtype=np.int64)) is None
+
+
+@pytest.mark.parametrize("extra", [False, True])
+def test_children_side_by_side_are_read_in_place(f64, extra):
+    """Complete trees in level order (Tree-FC): the concat of the two gathered children is
+    a view of the scatter state, forward and backward; same values and gradients as the
+    lazy graph and as the plain path, also when a gathered value has a second consumer
+    (extra) and when a random tree in the batch breaks the side-by-side order (as trees of
+    different sizes do: a kind's rows must be side by side over all its frontiers)."""
+    from bench.vertex_tasks import _complete
+    from autobatch.vertex import engine
+    H = 3
+    pc = dy.ParameterCollection()
+    W, b, E = pc.add_parameters((H, 2 * H)), pc.add_parameters(H), pc.add_lookup_parameters((5, H))
+    U = pc.add_parameters((H, H))
+
+    @dy.vertex_function(max_children=2)
+    def f(v):
+        if v.is_leaf:
+            h = E[v.pull("w")]
+        else:
+            hl, hr = v.gather(0), v.gather(1)
+            h = dy.tanh(dy.affine_transform([b, W, dy.concatenate([hl, hr])]))
+            if extra:
+                h = h + U * dy.cmult(hl, hr)
+        v.scatter(h)
+        v.push("y", dy.sum_elems(dy.cmult(h, h)))
+
+    rng = np.random.default_rng(7)
+    for trees in ([_complete(4)[0]] * 3,
+                  [_complete(4)[0], _random_tree(rng, 5)]):
+        gs = [dy.InputGraph(k) for k in trees]
+        w = [rng.integers(0, 5, g.n) for g in gs]
+
+        def vertex():
+            return dy.sum_elems(f(gs, w=w)["y"])
+
+        def lazy():
+            return dy.esum(f.unbatched(gs, w=w)["y"])
+        got = _run(pc, vertex)
+        side = any(K.sbs for K in f.last_run.kinds)
+        want = _run(pc, lazy)
+        engine.TRACK = False
+        try:
+            plain = _run(pc, vertex)
+        finally:
+            engine.TRACK = True
+        _close(got, want)
+        _close(got, plain)
+        assert side == (len(trees) == 3)

@@ -25,7 +25,7 @@ class _Kind:
     """Runtime state of one kind in one call."""
 
     __slots__ = ("t", "rows", "n", "buf", "g", "ids", "seeds", "code", "deferred", "gz", "full", "blk",
-                 "free", "ov")
+                 "free", "ov", "sbs")
 
     def __init__(self, t, rows):
         self.t, self.rows, self.n = t, rows, rows.n
@@ -37,6 +37,7 @@ class _Kind:
         # free: symbols (Trace.gfree) whose frontier gradient may stay the array an op
         # returned, ov: those arrays for the current frontier (no copy into the arena)
         self.free, self.ov = (), {}
+        self.sbs = {}                       # see Run._side_by_side
 
 
 # False: zero the whole gradient arena and add every gradient (the plain path, for tests)
@@ -166,17 +167,41 @@ class Run:
     def _views(self, arena, kinds, K_attr):
         """Per-kind symbol views (into K.buf or K.g) of an arena laid out by _layout; returns
         the scatter-state views."""
+        N1 = self.plan.N + 1
+        states = [arena[off:off + N1 * _size(shape)].reshape((N1,) + shape) for off, shape in self.state_offs]
         for K, o in zip(kinds, self.offs):
             t, n = K.t, K.n
             d = {}
             for s, off in o.items():
                 d[s] = arena[off:off + n * t.sizes[s]].reshape((n,) + t.shapes[s])
+            for c, (j, a0) in K.sbs.items():
+                d[c] = states[j][a0:a0 + n * t.sizes[c] // t.sizes[t.gparts[c][0][0]]].reshape((n,) + t.shapes[c])
             for a in sorted(t.alias, reverse=True):
                 c, col = t.alias[a]
                 d[a] = d[c].reshape(n, -1)[:, col:col + t.sizes[a]].reshape((n,) + t.shapes[a])
             setattr(K, K_attr, d)
-        N1 = self.plan.N + 1
-        return [arena[off:off + N1 * _size(shape)].reshape((N1,) + shape) for off, shape in self.state_offs]
+        return states
+
+    def _side_by_side(self, K):
+        """{concat: (j, a0)} for the concats of gathers whose rows are, over every vertex of
+        the kind, consecutive rows of scatter state j from a0 on (a complete tree in level
+        order: children 2i and 2i+1 side by side). The concat's buffer is then a view of the
+        state, so forward gathers nothing and backward's gradient lands in the state's."""
+        t = K.t
+        if not K.n or not t.gparts or not self._scatter_once([K], self.plan.shared_children):
+            return {}                       # (backward's writes into the state must be its only ones)
+        gathered = {s: (c, j) for c, j, s in t.gathers if t.phase[s] == "front"}
+        out = {}
+        for x, parts in t.gparts.items():
+            cj = [gathered.get(p) for p, _, _ in parts]
+            if None in cj or len({j for _, j in cj}) != 1:
+                continue
+            j = cj[0][1]
+            rows = K.rows.childpos[:, [c for c, _ in cj]].reshape(-1)
+            a0 = int(rows[0])
+            if a0 + len(rows) <= self.plan.N and (rows == np.arange(a0, a0 + len(rows))).all():
+                out[x] = (j, a0)
+        return out
 
     def _run(self, K, s, r0, r1):
         if s in K.t.concat_free:
@@ -209,6 +234,9 @@ class Run:
         N = plan.N
         pull_all = self._pull_arrays(xp, xs)
         self.kinds = kinds = [_Kind(t, rows) for t, rows in zip(self.traces, plan.kinds)]
+        if TRACK:
+            for K in kinds:
+                K.sbs = self._side_by_side(K)
         self.n_arena = self._layout()
         self.arena = self.fn._arena(xp, dtype, self.n_arena)
         self.state = state = self._views(self.arena, kinds, K_attr="buf")
@@ -244,7 +272,8 @@ class Run:
             cp = K.rows.childpos
             for c, j, s in t.gathers:
                 if t.phase[s] == "front":
-                    _gather(xp, state[j], cp[r0:r1, c], K.buf[s][r0:r1])
+                    if t.alias.get(s, (None,))[0] not in K.sbs:
+                        _gather(xp, state[j], cp[r0:r1, c], K.buf[s][r0:r1])
             for s in t.front:
                 self._run(K, s, r0, r1)
             launches += self._launches(t, t.front)
@@ -438,7 +467,7 @@ class Run:
                 if t.need[s]:
                     self._back(K, s, r0, r1, pg, lazy, False)
             for c, j, s in t.gathers:
-                if t.phase[s] == "front":
+                if t.phase[s] == "front" and t.alias.get(s, (None,))[0] not in K.sbs:
                     self._gather_back(xp, gstate[j], K.rows.childpos[r0:r1, c], self._grad(K, s, r0, r1, False),
                                       dup, assign)
         for K in kinds:
