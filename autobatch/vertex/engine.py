@@ -25,7 +25,7 @@ class _Kind:
     """Runtime state of one kind in one call."""
 
     __slots__ = ("t", "rows", "n", "buf", "g", "ids", "seeds", "code", "deferred", "gz", "full", "blk",
-                 "free", "ov", "sbs")
+                 "free", "ov", "sbs", "sv")
 
     def __init__(self, t, rows):
         self.t, self.rows, self.n = t, rows, rows.n
@@ -37,10 +37,11 @@ class _Kind:
         # free: symbols (Trace.gfree) whose frontier gradient may stay the array an op
         # returned, ov: those arrays for the current frontier (no copy into the arena)
         self.free, self.ov = (), {}
-        self.sbs = {}                       # see Run._side_by_side
+        self.sbs, self.sv = {}, {}          # see Run._side_by_side, Run._scatter_views
 
 
-# False: zero the whole gradient arena and add every gradient (the plain path, for tests)
+# False: the plain paths, for tests: the whole gradient arena zeroed and every gradient added,
+# gathered children and scattered values copied (no views of the scatter state)
 TRACK = True
 
 
@@ -174,6 +175,9 @@ class Run:
             d = {}
             for s, off in o.items():
                 d[s] = arena[off:off + n * t.sizes[s]].reshape((n,) + t.shapes[s])
+            if K_attr == "buf":
+                for s, (j, p0) in K.sv.items():
+                    d[s] = states[j][p0:p0 + n]
             for c, (j, a0) in K.sbs.items():
                 d[c] = states[j][a0:a0 + n * t.sizes[c] // t.sizes[t.gparts[c][0][0]]].reshape((n,) + t.shapes[c])
             for a in sorted(t.alias, reverse=True):
@@ -181,6 +185,22 @@ class Run:
                 d[a] = d[c].reshape(n, -1)[:, col:col + t.sizes[a]].reshape((n,) + t.shapes[a])
             setattr(K, K_attr, d)
         return states
+
+    @staticmethod
+    def _scatter_views(K):
+        """{symbol: (j, p0)}: scattered symbols whose forward buffer is state j's rows p0..,
+        where the kind's vertices are consecutive state rows (each kind on its own levels,
+        as leaves and internal nodes of trees): forward then copies nothing into the state.
+        (Backward keeps their gradients apart: pushes and post-phase ops add to them before
+        the parents' gradients arrive in the state.)"""
+        t, pos = K.t, K.rows.pos
+        if not K.n or int(pos[-1]) - int(pos[0]) + 1 != K.n:
+            return {}
+        out = {}
+        for j, s in enumerate(t.scatter):
+            if not (t.is_param[s] or s in t.alias or s in t.gparts or s in out):
+                out[s] = (j, int(pos[0]))
+        return out
 
     def _side_by_side(self, K):
         """{concat: (j, a0)} for the concats of gathers whose rows are, over every vertex of
@@ -236,7 +256,7 @@ class Run:
         self.kinds = kinds = [_Kind(t, rows) for t, rows in zip(self.traces, plan.kinds)]
         if TRACK:
             for K in kinds:
-                K.sbs = self._side_by_side(K)
+                K.sbs, K.sv = self._side_by_side(K), self._scatter_views(K)
         self.n_arena = self._layout()
         self.arena = self.fn._arena(xp, dtype, self.n_arena)
         self.state = state = self._views(self.arena, kinds, K_attr="buf")
@@ -262,7 +282,7 @@ class Run:
             launches += self._launches(t, t.pre)
             pos = xp.asarray(K.rows.pos)
             for j, s in enumerate(t.scatter):
-                if t.phase[s] == "pre":
+                if t.phase[s] == "pre" and K.sv.get(s, (None,))[0] != j:
                     state[j][pos] = self._x(K, s, True, 0, n)
         for lvl, k, r0, r1, g0 in plan.steps:
             K = kinds[k]
@@ -278,7 +298,7 @@ class Run:
                 self._run(K, s, r0, r1)
             launches += self._launches(t, t.front)
             for j, s in enumerate(t.scatter):
-                if t.phase[s] != "pre":
+                if t.phase[s] != "pre" and K.sv.get(s, (None,))[0] != j:
                     state[j][g0:g0 + r1 - r0] = K.buf[s][r0:r1]
         for K in kinds:
             t = K.t
