@@ -499,13 +499,16 @@ class Run:
                 xs_ = [self._x(K, a, j not in shared, 0, K.n) for j, a in enumerate(args)]
                 grads = op.param_grads(xp, xs_, K.g[s], src[3], [t.need[a] for a in args])
                 self._take_grads(K, args, shared, grads, 0, K.n, pg, True)
-            pos = xp.asarray(K.rows.pos)
+            sl = _progression(K.rows.pos)   # the kind's state rows as a slice: no gather
             for j, s in enumerate(t.scatter):
                 if t.phase[s] == "pre" and t.need[s]:
-                    gs = gstate[j][pos]
+                    gs = gstate[j][sl] if sl is not None else gstate[j][xp.asarray(K.rows.pos)]
                     if t.is_param[s]:
                         _, p, u = t.src[s]
                         pg.setdefault(self.pindex[(id(p), u)], []).append(gs.sum(axis=0))
+                    elif sl is not None and not self._has(K, s, True) and s not in t.alias and s not in t.gparts:
+                        K.g[s] = gs         # those state rows are read no more: s's gradient in place
+                        K.full.add(s)
                     else:
                         self._gput(K, s, 0, K.n, gs, True)
             for s in reversed(t.pre):
