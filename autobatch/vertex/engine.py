@@ -7,6 +7,13 @@ rows. Since the plan knows every frontier's size up front, buffers are allocated
 size instead of grown. The scatter state is one (N+1, *shape) array per scattered value
 (row N stays zero: what a missing child gathers). gather = one take per (child, value) into
 the gather symbol's rows; scatter = one slice copy; pull/push = one index copy per kind.
+Copies that the layout makes needless are views instead: where a kind's vertices are
+consecutive state rows, its scattered symbols live in the state (_scatter_views), and a
+concat of children that lie side by side there is the state's rows (_side_by_side).
+
+Backward does not zero its (recycled) gradient arena: the first write to a gradient block
+assigns, later ones add (see _gput), and a frontier's gradient may stay the array an op
+returned (Trace.gfree). TRACK = False runs the plain paths, for tests.
 
 Lazy batching (§3.4): instructions that do not depend on a gather run once over all rows of
 the kind ("pre"), those that only feed pushes once at the end ("post"); only the gather→scatter
