@@ -129,6 +129,7 @@ class Run:
         self.kinds = None
         self.stats = {}
         self.fused = None                   # id(trace) -> fuse.plan, where kernels are generated
+        self.read = set()                   # pushed names whose output Expression was built
 
     # ------------------------------------------------------------------ helpers
     def _x(self, K, a, stacked, r0, r1):
@@ -462,6 +463,8 @@ class Run:
             self._zero_state(xp, gstate, kinds, assign)
         gy = gy.reshape(-1)
         for name, shape, size, off in self.pushes:
+            if name not in self.read:
+                continue                    # nothing consumes it: its gradient is zero
             seg = gy[off:off + N * size].reshape((N,) + shape, order="F")
             for K in kinds:
                 s = K.t.push.get(name)

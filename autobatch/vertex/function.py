@@ -129,6 +129,7 @@ class VertexOutputs:
             sh, size, o, N = self._pushes[name]
             e = node if len(self._pushes) == 1 else pickrange(node, o, o + N * size)
             e = self._e[name] = reshape(e, (N,) + sh)
+            self.run.read.add(name)
         return e
 
     def __contains__(self, name):
