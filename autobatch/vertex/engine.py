@@ -77,6 +77,23 @@ def _take_into(xp, src, idx, out):
         out[...] = src[idx]
 
 
+def _instructions(t):
+    """Per op symbol of trace t: (op, args, attr, [(arg, its Parameter or None, stacked)],
+    needs), kept on the trace: the engine runs each instruction once per frontier, and
+    looking these up each time was a good part of its Python time."""
+    p = getattr(t, "instr", None)
+    if p is None:
+        p = t.instr = {}
+        for s, src in enumerate(t.src):
+            if src[0] != "op":
+                continue
+            op, args = src[1], src[2]
+            shared = op.shared_of(len(args))
+            spec = tuple((a, t.src[a][1] if t.is_param[a] else None, j not in shared) for j, a in enumerate(args))
+            p[s] = (op, args, src[3], spec, [t.need[a] for a in args], shared)
+    return p
+
+
 def _fusion_plan(t):
     """fuse.plan(t), kept on the trace: a vertex function is traced once and run many times."""
     p = getattr(t, "fusion", None)
@@ -138,6 +155,17 @@ class Run:
             v = t.src[a][1].data
             return self.xp.broadcast_to(v, (r1 - r0,) + v.shape) if stacked else v
         return K.buf[a][r0:r1]
+
+    def _xs(self, K, spec, r0, r1):
+        """The inputs of an instruction over rows r0:r1 (_x of every argument)."""
+        buf, xs = K.buf, []
+        for a, p, stacked in spec:
+            if p is None:
+                xs.append(buf[a][r0:r1])
+            else:
+                v = p.data
+                xs.append(self.xp.broadcast_to(v, (r1 - r0,) + v.shape) if stacked else v)
+        return xs
 
     def _launches(self, t, seq):
         if self.fused is None:
@@ -243,12 +271,10 @@ class Run:
                 grp.launch(self.xp, [self._x(K, a, False, r0, r1) for a in grp.ins],
                            [K.buf[m][r0:r1] for m in grp.members])
                 return
-        src = K.t.src[s]
-        op, args, attr = src[1], src[2], src[3]
-        shared = op.shared_of(len(args))
-        xs = [self._x(K, a, j not in shared, r0, r1) for j, a in enumerate(args)]
+        op, args, attr, spec, _, _ = K.t.instr[s]
+        xs = self._xs(K, spec, r0, r1)
         out = K.buf[s][r0:r1]
-        data = self._data(K, src, s, r0, r1) if op.has_data else None
+        data = self._data(K, K.t.src[s], s, r0, r1) if op.has_data else None
         if fuse.into(op):
             op.forward_into(self.xp, xs, attr, data, out)
             return
@@ -262,6 +288,8 @@ class Run:
         N = plan.N
         pull_all = self._pull_arrays(xp, xs)
         self.kinds = kinds = [_Kind(t, rows) for t, rows in zip(self.traces, plan.kinds)]
+        for t in self.traces:
+            _instructions(t)
         if TRACK:
             for K in kinds:
                 K.sbs, K.sv = self._side_by_side(K), self._scatter_views(K)
@@ -352,17 +380,15 @@ class Run:
         if s in t.concat_free:
             return                          # its inputs' gradients already are its gradient
         gy = self._grad(K, s, r0, r1, whole)
-        src = t.src[s]
-        op, args, attr = src[1], src[2], src[3]
-        shared = op.shared_of(len(args))
-        xs = [self._x(K, a, j not in shared, r0, r1) for j, a in enumerate(args)]
+        op, args, attr, spec, needs, shared = t.instr[s]
+        xs = self._xs(K, spec, r0, r1)
         if defer:
-            grads = op.input_grads(self.xp, xs, gy, attr, [t.need[a] for a in args])
+            grads = op.input_grads(self.xp, xs, gy, attr, needs)
             if grads is not None:
                 K.deferred.append((s, r0, r1))
                 self._take_grads(K, args, shared, grads, r0, r1, pg, whole)
                 return
-        data = self._data(K, src, s, r0, r1) if op.has_data else None
+        data = self._data(K, t.src[s], s, r0, r1) if op.has_data else None
         grads = op.backward(self.xp, xs, K.buf[s][r0:r1], gy, attr, data)
         self._take_grads(K, args, shared, grads, r0, r1, pg, whole)
 
