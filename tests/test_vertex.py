@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import autobatch as dy
-from autobatch.vertex import fuse, lazygrad
+from autobatch.vertex import engine, fuse, lazygrad
 
 from conftest import to_np
 
@@ -93,6 +93,27 @@ def test_pushed_values_per_vertex(f64):
     np.testing.assert_allclose(got, np.stack([r.npvalue() for r in ref]), rtol=1e-12)
     np.testing.assert_allclose(out.vertex("h", 1, 0).npvalue(), got[gs[0].n])
     assert out.graph("h", 1).dim()[0] == (gs[1].n, 4)
+
+
+def test_outputs_build_their_nodes_when_read(f64):
+    m = TreeLSTM()
+    gs, words, labels = _tree_batch(np.random.default_rng(1))
+    dy.renew_cg()
+    out = m.cell(gs, word=words, label=labels)
+    n0 = len(dy.cg().ops)
+    loss = out["loss"]
+    assert len(dy.cg().ops) == n0 + 2        # pickrange + reshape of "loss" only
+    assert out["loss"] is loss and len(dy.cg().ops) == n0 + 2
+    h = out["h"].npvalue()                    # read after the call ran: the same values
+    np.testing.assert_allclose(h[:, 0], [v.npvalue()[0] for v in m.cell.unbatched(gs, word=words, label=labels)["h"]],
+                               rtol=1e-12)
+    assert "h" in out and sorted(out.keys()) == ["h", "loss"]
+    with pytest.raises(KeyError, match="pushed: \\['h', 'loss'\\]"):
+        out["c"]
+    out = m.cell(gs, word=words, label=labels)
+    dy.renew_cg()
+    with pytest.raises(dy.StaleExpressionError, match="renewed"):
+        out["h"]                              # not built before the graph was renewed
 
 
 def test_trace_reused_and_renewed_on_shape_change(f64):
@@ -224,7 +245,7 @@ def test_split_backward_equals_backward(name):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("opt", ["fuse", "lazygrad"])
+@pytest.mark.parametrize("opt", ["fuse", "lazygrad", "track"])
 def test_optimisations_do_not_change_results(f64, opt):
     m = TreeLSTM()
     gs, words, labels = _tree_batch(np.random.default_rng(4))
@@ -232,12 +253,12 @@ def test_optimisations_do_not_change_results(f64, opt):
     def build():
         return dy.sum_elems(m.cell(gs, word=words, label=labels)["loss"])
     on = _run(m.pc, build)
-    mod = fuse if opt == "fuse" else lazygrad
-    mod.ENABLED = False
+    mod, flag = {"fuse": (fuse, "ENABLED"), "lazygrad": (lazygrad, "ENABLED"), "track": (engine, "TRACK")}[opt]
+    setattr(mod, flag, False)
     try:
         off = _run(m.pc, build)
     finally:
-        mod.ENABLED = True
+        setattr(mod, flag, True)
     _close(on, off, 1e-12)
 
 
@@ -420,3 +441,53 @@ def test_even_child_rows_become_slices():
     assert _progression(np.array([5, 6, 7])) == slice(5, 8, 1)
     for idx in ([], [4, 4, 4], [6, 4, 2], [0, 2, 5], [0, 2, 4, 7]):
         assert _progression(np.array(idx, dtype=np.int64)) is None
+
+
+@pytest.mark.parametrize("extra", [False, True])
+def test_children_side_by_side_are_read_in_place(f64, extra):
+    """Complete trees in level order (Tree-FC): the concat of the two gathered children is
+    a view of the scatter state, forward and backward; same values and gradients as the
+    lazy graph and as the plain path, also when a gathered value has a second consumer
+    (extra) and when a random tree in the batch breaks the side-by-side order (as trees of
+    different sizes do: a kind's rows must be side by side over all its frontiers)."""
+    from bench.vertex_tasks import _complete
+    from autobatch.vertex import engine
+    H = 3
+    pc = dy.ParameterCollection()
+    W, b, E = pc.add_parameters((H, 2 * H)), pc.add_parameters(H), pc.add_lookup_parameters((5, H))
+    U = pc.add_parameters((H, H))
+
+    @dy.vertex_function(max_children=2)
+    def f(v):
+        if v.is_leaf:
+            h = E[v.pull("w")]
+        else:
+            hl, hr = v.gather(0), v.gather(1)
+            h = dy.tanh(dy.affine_transform([b, W, dy.concatenate([hl, hr])]))
+            if extra:
+                h = h + U * dy.cmult(hl, hr)
+        v.scatter(h)
+        v.push("y", dy.sum_elems(dy.cmult(h, h)))
+
+    rng = np.random.default_rng(7)
+    for trees in ([_complete(4)[0]] * 3,
+                  [_complete(4)[0], _random_tree(rng, 5)]):
+        gs = [dy.InputGraph(k) for k in trees]
+        w = [rng.integers(0, 5, g.n) for g in gs]
+
+        def vertex():
+            return dy.sum_elems(f(gs, w=w)["y"])
+
+        def lazy():
+            return dy.esum(f.unbatched(gs, w=w)["y"])
+        got = _run(pc, vertex)
+        side = any(K.sbs for K in f.last_run.kinds)
+        want = _run(pc, lazy)
+        engine.TRACK = False
+        try:
+            plain = _run(pc, vertex)
+        finally:
+            engine.TRACK = True
+        _close(got, want)
+        _close(got, plain)
+        assert side == (len(trees) == 3)

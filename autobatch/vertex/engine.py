@@ -7,6 +7,13 @@ rows. Since the plan knows every frontier's size up front, buffers are allocated
 size instead of grown. The scatter state is one (N+1, *shape) array per scattered value
 (row N stays zero: what a missing child gathers). gather = one take per (child, value) into
 the gather symbol's rows; scatter = one slice copy; pull/push = one index copy per kind.
+Copies that the layout makes needless are views instead: where a kind's vertices are
+consecutive state rows, its scattered symbols live in the state (_scatter_views), and a
+concat of children that lie side by side there is the state's rows (_side_by_side).
+
+Backward does not zero its (recycled) gradient arena: the first write to a gradient block
+assigns, later ones add (see _gput), and a frontier's gradient may stay the array an op
+returned (Trace.gfree). TRACK = False runs the plain paths, for tests.
 
 Lazy batching (§3.4): instructions that do not depend on a gather run once over all rows of
 the kind ("pre"), those that only feed pushes once at the end ("post"); only the gather→scatter
@@ -24,12 +31,35 @@ from . import fuse, lazygrad
 class _Kind:
     """Runtime state of one kind in one call."""
 
-    __slots__ = ("t", "rows", "n", "buf", "g", "ids", "seeds", "code", "deferred")
+    __slots__ = ("t", "rows", "n", "buf", "g", "ids", "seeds", "code", "deferred", "gz", "full", "blk",
+                 "free", "ov", "sbs", "sv")
 
     def __init__(self, t, rows):
         self.t, self.rows, self.n = t, rows, rows.n
         self.buf, self.g, self.ids, self.seeds = {}, {}, {}, None
         self.deferred = []
+        # backward: gradient blocks holding values (the rest of the arena is stale): gz was
+        # zeroed up front, full was written over all rows, blk over the current frontier's
+        self.gz, self.full, self.blk = (), set(), set()
+        # free: symbols (Trace.gfree) whose frontier gradient may stay the array an op
+        # returned, ov: those arrays for the current frontier (no copy into the arena)
+        self.free, self.ov = (), {}
+        self.sbs, self.sv = {}, {}          # see Run._side_by_side, Run._scatter_views
+
+
+# False: the plain paths, for tests: the whole gradient arena zeroed and every gradient added,
+# gathered children and scattered values copied (no views of the scatter state)
+TRACK = True
+
+
+class _All:
+    """Every symbol (TRACK off: the whole gradient arena is zeroed)."""
+
+    def __contains__(self, s):
+        return True
+
+
+_ALL = _All()
 
 
 def _size(shape):
@@ -45,6 +75,23 @@ def _take_into(xp, src, idx, out):
         xp.take(src, idx, axis=0, out=out)
     else:
         out[...] = src[idx]
+
+
+def _instructions(t):
+    """Per op symbol of trace t: (op, args, attr, [(arg, its Parameter or None, stacked)],
+    needs), kept on the trace: the engine runs each instruction once per frontier, and
+    looking these up each time was a good part of its Python time."""
+    p = getattr(t, "instr", None)
+    if p is None:
+        p = t.instr = {}
+        for s, src in enumerate(t.src):
+            if src[0] != "op":
+                continue
+            op, args = src[1], src[2]
+            shared = op.shared_of(len(args))
+            spec = tuple((a, t.src[a][1] if t.is_param[a] else None, j not in shared) for j, a in enumerate(args))
+            p[s] = (op, args, src[3], spec, [t.need[a] for a in args], shared)
+    return p
 
 
 def _fusion_plan(t):
@@ -99,6 +146,7 @@ class Run:
         self.kinds = None
         self.stats = {}
         self.fused = None                   # id(trace) -> fuse.plan, where kernels are generated
+        self.read = set()                   # pushed names whose output Expression was built
 
     # ------------------------------------------------------------------ helpers
     def _x(self, K, a, stacked, r0, r1):
@@ -107,6 +155,17 @@ class Run:
             v = t.src[a][1].data
             return self.xp.broadcast_to(v, (r1 - r0,) + v.shape) if stacked else v
         return K.buf[a][r0:r1]
+
+    def _xs(self, K, spec, r0, r1):
+        """The inputs of an instruction over rows r0:r1 (_x of every argument)."""
+        buf, xs = K.buf, []
+        for a, p, stacked in spec:
+            if p is None:
+                xs.append(buf[a][r0:r1])
+            else:
+                v = p.data
+                xs.append(self.xp.broadcast_to(v, (r1 - r0,) + v.shape) if stacked else v)
+        return xs
 
     def _launches(self, t, seq):
         if self.fused is None:
@@ -145,17 +204,60 @@ class Run:
     def _views(self, arena, kinds, K_attr):
         """Per-kind symbol views (into K.buf or K.g) of an arena laid out by _layout; returns
         the scatter-state views."""
+        N1 = self.plan.N + 1
+        states = [arena[off:off + N1 * _size(shape)].reshape((N1,) + shape) for off, shape in self.state_offs]
         for K, o in zip(kinds, self.offs):
             t, n = K.t, K.n
             d = {}
             for s, off in o.items():
                 d[s] = arena[off:off + n * t.sizes[s]].reshape((n,) + t.shapes[s])
+            if K_attr == "buf":
+                for s, (j, p0) in K.sv.items():
+                    d[s] = states[j][p0:p0 + n]
+            for c, (j, a0) in K.sbs.items():
+                d[c] = states[j][a0:a0 + n * t.sizes[c] // t.sizes[t.gparts[c][0][0]]].reshape((n,) + t.shapes[c])
             for a in sorted(t.alias, reverse=True):
                 c, col = t.alias[a]
                 d[a] = d[c].reshape(n, -1)[:, col:col + t.sizes[a]].reshape((n,) + t.shapes[a])
             setattr(K, K_attr, d)
-        N1 = self.plan.N + 1
-        return [arena[off:off + N1 * _size(shape)].reshape((N1,) + shape) for off, shape in self.state_offs]
+        return states
+
+    @staticmethod
+    def _scatter_views(K):
+        """{symbol: (j, p0)}: scattered symbols whose forward buffer is state j's rows p0..,
+        where the kind's vertices are consecutive state rows (each kind on its own levels,
+        as leaves and internal nodes of trees): forward then copies nothing into the state.
+        (Backward keeps their gradients apart: pushes and post-phase ops add to them before
+        the parents' gradients arrive in the state.)"""
+        t, pos = K.t, K.rows.pos
+        if not K.n or int(pos[-1]) - int(pos[0]) + 1 != K.n:
+            return {}
+        out = {}
+        for j, s in enumerate(t.scatter):
+            if not (t.is_param[s] or s in t.alias or s in t.gparts or s in out):
+                out[s] = (j, int(pos[0]))
+        return out
+
+    def _side_by_side(self, K):
+        """{concat: (j, a0)} for the concats of gathers whose rows are, over every vertex of
+        the kind, consecutive rows of scatter state j from a0 on (a complete tree in level
+        order: children 2i and 2i+1 side by side). The concat's buffer is then a view of the
+        state, so forward gathers nothing and backward's gradient lands in the state's."""
+        t = K.t
+        if not K.n or not t.gparts or not self._scatter_once([K], self.plan.shared_children):
+            return {}                       # (backward's writes into the state must be its only ones)
+        gathered = {s: (c, j) for c, j, s in t.gathers if t.phase[s] == "front"}
+        out = {}
+        for x, parts in t.gparts.items():
+            cj = [gathered.get(p) for p, _, _ in parts]
+            if None in cj or len({j for _, j in cj}) != 1:
+                continue
+            j = cj[0][1]
+            rows = K.rows.childpos[:, [c for c, _ in cj]].reshape(-1)
+            a0 = int(rows[0])
+            if a0 + len(rows) <= self.plan.N and (rows == np.arange(a0, a0 + len(rows))).all():
+                out[x] = (j, a0)
+        return out
 
     def _run(self, K, s, r0, r1):
         if s in K.t.concat_free:
@@ -169,12 +271,10 @@ class Run:
                 grp.launch(self.xp, [self._x(K, a, False, r0, r1) for a in grp.ins],
                            [K.buf[m][r0:r1] for m in grp.members])
                 return
-        src = K.t.src[s]
-        op, args, attr = src[1], src[2], src[3]
-        shared = op.shared_of(len(args))
-        xs = [self._x(K, a, j not in shared, r0, r1) for j, a in enumerate(args)]
+        op, args, attr, spec, _, _ = K.t.instr[s]
+        xs = self._xs(K, spec, r0, r1)
         out = K.buf[s][r0:r1]
-        data = self._data(K, src, s, r0, r1) if op.has_data else None
+        data = self._data(K, K.t.src[s], s, r0, r1) if op.has_data else None
         if fuse.into(op):
             op.forward_into(self.xp, xs, attr, data, out)
             return
@@ -188,6 +288,11 @@ class Run:
         N = plan.N
         pull_all = self._pull_arrays(xp, xs)
         self.kinds = kinds = [_Kind(t, rows) for t, rows in zip(self.traces, plan.kinds)]
+        for t in self.traces:
+            _instructions(t)
+        if TRACK:
+            for K in kinds:
+                K.sbs, K.sv = self._side_by_side(K), self._scatter_views(K)
         self.n_arena = self._layout()
         self.arena = self.fn._arena(xp, dtype, self.n_arena)
         self.state = state = self._views(self.arena, kinds, K_attr="buf")
@@ -213,7 +318,7 @@ class Run:
             launches += self._launches(t, t.pre)
             pos = xp.asarray(K.rows.pos)
             for j, s in enumerate(t.scatter):
-                if t.phase[s] == "pre":
+                if t.phase[s] == "pre" and K.sv.get(s, (None,))[0] != j:
                     state[j][pos] = self._x(K, s, True, 0, n)
         for lvl, k, r0, r1, g0 in plan.steps:
             K = kinds[k]
@@ -223,12 +328,13 @@ class Run:
             cp = K.rows.childpos
             for c, j, s in t.gathers:
                 if t.phase[s] == "front":
-                    _gather(xp, state[j], cp[r0:r1, c], K.buf[s][r0:r1])
+                    if t.alias.get(s, (None,))[0] not in K.sbs:
+                        _gather(xp, state[j], cp[r0:r1, c], K.buf[s][r0:r1])
             for s in t.front:
                 self._run(K, s, r0, r1)
             launches += self._launches(t, t.front)
             for j, s in enumerate(t.scatter):
-                if t.phase[s] != "pre":
+                if t.phase[s] != "pre" and K.sv.get(s, (None,))[0] != j:
                     state[j][g0:g0 + r1 - r0] = K.buf[s][r0:r1]
         for K in kinds:
             t = K.t
@@ -269,26 +375,78 @@ class Run:
         return out
 
     # ------------------------------------------------------------------ backward
-    def _back(self, K, s, r0, r1, pg, defer):
+    def _back(self, K, s, r0, r1, pg, defer, whole):
         t = K.t
         if s in t.concat_free:
             return                          # its inputs' gradients already are its gradient
-        src = t.src[s]
-        op, args, attr = src[1], src[2], src[3]
-        gy = K.g[s][r0:r1]
-        shared = op.shared_of(len(args))
-        xs = [self._x(K, a, j not in shared, r0, r1) for j, a in enumerate(args)]
+        gy = self._grad(K, s, r0, r1, whole)
+        op, args, attr, spec, needs, shared = t.instr[s]
+        xs = self._xs(K, spec, r0, r1)
         if defer:
-            grads = op.input_grads(self.xp, xs, gy, attr, [t.need[a] for a in args])
+            grads = op.input_grads(self.xp, xs, gy, attr, needs)
             if grads is not None:
                 K.deferred.append((s, r0, r1))
-                self._take_grads(K, args, shared, grads, r0, r1, pg)
+                self._take_grads(K, args, shared, grads, r0, r1, pg, whole)
                 return
-        data = self._data(K, src, s, r0, r1) if op.has_data else None
+        data = self._data(K, t.src[s], s, r0, r1) if op.has_data else None
         grads = op.backward(self.xp, xs, K.buf[s][r0:r1], gy, attr, data)
-        self._take_grads(K, args, shared, grads, r0, r1, pg)
+        self._take_grads(K, args, shared, grads, r0, r1, pg, whole)
 
-    def _take_grads(self, K, args, shared, grads, r0, r1, pg):
+    # Gradient writes. The gradient arena is recycled and not zeroed (that memset cost as much
+    # as an elementwise op's backward): the first write to a block assigns, later ones add,
+    # and a block read before any write (no gradient reached it) is zeroed then. A block is a
+    # frontier's rows of a symbol, or all rows for the phases that run over all of them.
+    @staticmethod
+    def _has(K, p, whole):
+        return p in K.gz or p in K.full or (not whole and p in K.blk)
+
+    def _gput(self, K, a, r0, r1, gr, whole):
+        """K.g[a][r0:r1] += gr, a block nothing wrote yet assigned instead."""
+        if not whole and a in K.free and a not in K.full:
+            if a not in K.blk:
+                if gr.shape == (r1 - r0,) + K.t.shapes[a] and gr.dtype == self.dtype:
+                    K.ov[a] = gr            # kept, not copied; never written in place: ops
+                    K.blk.add(a)            # may return one array for several inputs
+                    return
+            elif a in K.ov:
+                K.ov[a] = K.ov[a] + gr
+                return
+        dst = K.g[a][r0:r1]
+        parts = K.t.gparts.get(a)
+        if parts is None:
+            if self._has(K, a, whole):
+                dst += gr
+            else:
+                dst[...] = gr
+                (K.full if whole else K.blk).add(a)
+            return
+        have = [self._has(K, p, whole) for p, _, _ in parts]
+        if all(have):
+            dst += gr
+        elif not any(have):
+            dst[...] = gr
+            (K.full if whole else K.blk).update(p for p, _, _ in parts)
+        else:                               # the concat's parts one by one
+            g2 = self.xp.broadcast_to(gr, dst.shape).reshape(dst.shape[0], -1)
+            for p, c0, c1 in parts:
+                self._gput(K, p, r0, r1, g2[:, c0:c1].reshape(K.g[p][r0:r1].shape), whole)
+
+    def _grad(self, K, s, r0, r1, whole):
+        """The gradient block of s, to read."""
+        v = None if whole else K.ov.get(s)
+        if v is None:
+            self._gready(K, s, r0, r1, whole)
+            v = K.g[s][r0:r1]
+        return v
+
+    def _gready(self, K, s, r0, r1, whole):
+        """K.g[s][r0:r1] is about to be read: zero the parts of it nothing wrote."""
+        for p, _, _ in K.t.gparts.get(s, ((s, 0, 0),)):
+            if not self._has(K, p, whole):
+                K.g[p][r0:r1] = 0
+                (K.full if whole else K.blk).add(p)
+
+    def _take_grads(self, K, args, shared, grads, r0, r1, pg, whole):
         t = K.t
         for j, gr in enumerate(grads):
             if gr is None:
@@ -304,7 +462,7 @@ class Run:
                     gr = gr.sum(axis=0)
                 pg.setdefault(self.pindex[(id(p), u)], []).append(gr)
             else:
-                K.g[a][r0:r1] += gr
+                self._gput(K, a, r0, r1, gr, whole)
 
     def backward(self, xp, xs, gy):
         plan, kinds, dtype = self.plan, self.kinds, self.dtype
@@ -313,12 +471,26 @@ class Run:
         lazy = lazygrad.enabled()
         if getattr(self, "garena", None) is None:
             self.garena = self.fn._arena(xp, dtype, self.n_arena)
-        self.garena[:self.n_arena] = 0
         gstate = self._views(self.garena, kinds, K_attr="g")
+        dup = plan.shared_children
+        assign = TRACK and self._scatter_once(kinds, dup)
         for K in kinds:
             K.deferred = []
+            K.full, K.blk, K.ov = set(), set(), {}
+            if TRACK:
+                K.gz, K.free = K.t.gzero, K.t.gfree
+                for p in K.gz:
+                    K.g[p][...] = 0
+            else:
+                K.gz, K.free = _ALL, ()
+        if not TRACK:
+            self.garena[:self.n_arena] = 0
+        else:
+            self._zero_state(xp, gstate, kinds, assign)
         gy = gy.reshape(-1)
         for name, shape, size, off in self.pushes:
+            if name not in self.read:
+                continue                    # nothing consumes it: its gradient is zero
             seg = gy[off:off + N * size].reshape((N,) + shape, order="F")
             for K in kinds:
                 s = K.t.push.get(name)
@@ -328,30 +500,32 @@ class Run:
                         _, p, u = K.t.src[s]
                         pg.setdefault(self.pindex[(id(p), u)], []).append(g.sum(axis=0).reshape(p.data.shape))
                     else:
-                        K.g[s] += g.reshape(K.g[s].shape)
-        dup = plan.shared_children
+                        self._gput(K, s, 0, K.n, g.reshape(K.g[s].shape), True)
         for K in kinds:
             t = K.t
             for s in reversed(t.post):
                 if t.need[s]:
-                    self._back(K, s, 0, K.n, pg, False)
+                    self._back(K, s, 0, K.n, pg, False, True)
             for c, j, s in t.gathers:
                 if t.phase[s] == "post":
-                    self._gather_back(xp, gstate[j], K.rows.childpos[:, c], K.g[s], dup)
+                    self._gready(K, s, 0, K.n, True)
+                    self._gather_back(xp, gstate[j], K.rows.childpos[:, c], K.g[s], dup, assign)
         for lvl, k, r0, r1, g0 in reversed(plan.steps):
             K = kinds[k]
             t = K.t
             if not t.front and not t.gathers:
                 continue
+            K.blk, K.ov = set(), {}
             for j, s in enumerate(t.scatter):
                 if t.phase[s] != "pre" and t.need[s]:
-                    K.g[s][r0:r1] += gstate[j][g0:g0 + r1 - r0]
+                    self._gput(K, s, r0, r1, gstate[j][g0:g0 + r1 - r0], False)
             for s in reversed(t.front):
                 if t.need[s]:
-                    self._back(K, s, r0, r1, pg, lazy)
+                    self._back(K, s, r0, r1, pg, lazy, False)
             for c, j, s in t.gathers:
-                if t.phase[s] == "front":
-                    self._gather_back(xp, gstate[j], K.rows.childpos[r0:r1, c], K.g[s][r0:r1], dup)
+                if t.phase[s] == "front" and t.alias.get(s, (None,))[0] not in K.sbs:
+                    self._gather_back(xp, gstate[j], K.rows.childpos[r0:r1, c], self._grad(K, s, r0, r1, False),
+                                      dup, assign)
         for K in kinds:
             t = K.t
             for s in self._merged(K.deferred):
@@ -360,19 +534,22 @@ class Run:
                 shared = op.shared_of(len(args))
                 xs_ = [self._x(K, a, j not in shared, 0, K.n) for j, a in enumerate(args)]
                 grads = op.param_grads(xp, xs_, K.g[s], src[3], [t.need[a] for a in args])
-                self._take_grads(K, args, shared, grads, 0, K.n, pg)
-            pos = xp.asarray(K.rows.pos)
+                self._take_grads(K, args, shared, grads, 0, K.n, pg, True)
+            sl = _progression(K.rows.pos)   # the kind's state rows as a slice: no gather
             for j, s in enumerate(t.scatter):
                 if t.phase[s] == "pre" and t.need[s]:
-                    gs = gstate[j][pos]
+                    gs = gstate[j][sl] if sl is not None else gstate[j][xp.asarray(K.rows.pos)]
                     if t.is_param[s]:
                         _, p, u = t.src[s]
                         pg.setdefault(self.pindex[(id(p), u)], []).append(gs.sum(axis=0))
+                    elif sl is not None and not self._has(K, s, True) and s not in t.alias and s not in t.gparts:
+                        K.g[s] = gs         # those state rows are read no more: s's gradient in place
+                        K.full.add(s)
                     else:
-                        K.g[s] += gs
+                        self._gput(K, s, 0, K.n, gs, True)
             for s in reversed(t.pre):
                 if t.need[s]:
-                    self._back(K, s, 0, K.n, pg, False)
+                    self._back(K, s, 0, K.n, pg, False, True)
         return self._param_grads(xp, pg) + self._pull_grads(xp, xs)
 
     @staticmethod
@@ -381,14 +558,49 @@ class Run:
         same symbols, so together they cover all rows of the kind."""
         return list(dict.fromkeys(s for s, _, _ in deferred))
 
-    def _gather_back(self, xp, gstate, idx, g, dup):
+    @staticmethod
+    def _scatter_once(kinds, dup):
+        """Whether every row of the scatter state gets at most one gradient write: no child
+        is shared and no kind gathers the same (child, value) twice. Backward then assigns
+        those rows instead of adding to a zeroed state."""
+        if dup:
+            return False
+        for K in kinds:
+            cj = [(c, j) for c, j, _ in K.t.gathers]
+            if len(set(cj)) != len(cj):
+                return False
+        return True
+
+    def _zero_state(self, xp, gstate, kinds, assign):
+        """Zero the scatter state's gradient, or with assign only the rows no parent writes
+        (roots, children a kind does not gather)."""
+        N = self.plan.N
+        for j, gs in enumerate(gstate):
+            if not assign:
+                gs[...] = 0
+                continue
+            hit = np.zeros(N + 1, dtype=bool)
+            for K in kinds:
+                for c, jj, _ in K.t.gathers:
+                    if jj == j:
+                        hit[K.rows.childpos[:, c]] = True
+            miss = np.flatnonzero(~hit[:N])
+            if len(miss):
+                gs[xp.asarray(miss)] = 0
+
+    def _gather_back(self, xp, gstate, idx, g, dup, assign):
         sl = _progression(idx)
-        if sl is not None:              # distinct rows: an in-place add into the strided view
-            gstate[sl] += g
+        if sl is not None:              # distinct rows: the strided view in place
+            if assign:
+                gstate[sl] = g
+            else:
+                gstate[sl] += g
             return
         idx = xp.asarray(idx)
         if dup:
             _add_at(xp, gstate, idx, g)
+        elif assign:
+            gstate[idx] = g            # repeats only hit row N, which backward never reads
         else:
             gstate[idx] += g           # unique children; repeats only hit the zero row N
 
@@ -407,9 +619,16 @@ class Run:
                     _add_at(xp, d, xp.asarray(r.rows), r.vals.reshape((-1,) + p.data.shape[1:]))
                 out.append(d)
             else:
-                r = xp.concatenate([xp.asarray(r.rows).reshape(-1) for r in rows])
-                v = xp.concatenate([r.vals.reshape((-1,) + p.data.shape[1:]) for r in rows])
-                out.append(RowGrad(r, v).summed(xp))
+                # one lookup (the usual case): no concatenation, which copies its rows; the
+                # rows may be views of the recycled gradient arena, so a result that still
+                # holds them (no repeated row) gets its own copy
+                r = [xp.asarray(r.rows).reshape(-1) for r in rows]
+                v = [r.vals.reshape((-1,) + p.data.shape[1:]) for r in rows]
+                g = RowGrad(r[0] if len(r) == 1 else xp.concatenate(r),
+                            v[0] if len(v) == 1 else xp.concatenate(v)).summed(xp)
+                if len(v) == 1 and g.vals is v[0]:
+                    g = RowGrad(g.rows, g.vals.copy())
+                out.append(g)
         return out
 
     def _pull_grads(self, xp, xs):
@@ -425,6 +644,7 @@ class Run:
             for K in self.kinds:
                 for s, nm in K.t.pulls:
                     if nm == name and K.t.need[s]:
+                        self._gready(K, s, 0, K.n, True)
                         if g is None:
                             g = xp.zeros((N, src.size), dtype=self.dtype)
                         g[K.rows.gids] += K.g[s].reshape(K.n, src.size)

@@ -108,22 +108,35 @@ def _pull_source(fname, name, src, sizes, N, g):
 
 class VertexOutputs:
     """What a call pushed: ``out[name]`` is a lazy-graph Expression with one row per vertex
-    (all graphs, input order), shape (N, *pushed shape)."""
+    (all graphs, input order), shape (N, *pushed shape).
 
-    def __init__(self, exprs, offsets, run):
-        self._e, self.offsets, self.run = exprs, offsets, run
+    Its nodes (a pickrange of the call's node and a reshape) are built when first asked for:
+    an output nobody reads then costs the lazy graph nothing, where its reshape's backward
+    alone was a transposing copy of N rows per minibatch."""
+
+    def __init__(self, node, pushes, offsets, run):
+        self._node, self._pushes, self.offsets, self.run = node, pushes, offsets, run
+        self._e = {}
 
     def __getitem__(self, name) -> Expression:
         e = self._e.get(name)
         if e is None:
-            raise KeyError(f"nothing was pushed as {name!r} (pushed: {sorted(self._e)})")
+            if name not in self._pushes:
+                raise KeyError(f"nothing was pushed as {name!r} (pushed: {sorted(self._pushes)})")
+            from ..api import pickrange, reshape
+            node = self._node
+            node._check()                   # a renewed graph: the usual error, not a new node
+            sh, size, o, N = self._pushes[name]
+            e = node if len(self._pushes) == 1 else pickrange(node, o, o + N * size)
+            e = self._e[name] = reshape(e, (N,) + sh)
+            self.run.read.add(name)
         return e
 
     def __contains__(self, name):
-        return name in self._e
+        return name in self._pushes
 
     def keys(self):
-        return self._e.keys()
+        return self._pushes.keys()
 
     def graph(self, name, i: int) -> Expression:
         """The rows of graph i: shape (n_i, *pushed shape)."""
@@ -363,14 +376,9 @@ class VertexFunction:
                   (g.seed * 7919 + rt.graph_seed) & 0xFFFFFFFF)
         args = tuple([g.pid(p, u) for p, u in params] + [e.i for e in exprs])
         node = g.add(OPS["vertex_call"], args, (off,), run)
-        from ..api import pickrange, reshape
-        outs = {}
-        for name, sh, size, o in pushes:
-            e = node if len(pushes) == 1 else pickrange(node, o, o + N * size)
-            outs[name] = reshape(e, (N,) + sh)
         self.last_run = run
         self._runs.append((g, run))
-        return VertexOutputs(outs, plan.offsets, run)
+        return VertexOutputs(node, {name: (sh, size, o, N) for name, sh, size, o in pushes}, plan.offsets, run)
 
 
 def vertex_function(max_children: int = 2, scatter_dims=None):

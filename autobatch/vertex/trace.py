@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from ..errors import GraphError, user_line
 from ..graph import Expression, ThroughAdd, _rule
+from ..ops.base import Op
 from ..ops.random import _Random
 
 PARAM, PULL, GATHER, OP = "param", "pull", "gather", "op"
@@ -262,6 +263,7 @@ class Trace:
         self.need = need
         self.is_param = [src[0] == PARAM for src in self.src]
         self.alias = self._concat_aliases(ops)
+        self._gradient_writes(ops)
 
     def _concat_aliases(self, ops):
         """{input symbol: (concat symbol, first column)} for vector concatenations whose inputs
@@ -285,6 +287,33 @@ class Trace:
             targets.add(s)
         self.concat_free = targets
         return alias
+
+    def _gradient_writes(self, ops):
+        """What backward needs to know to leave the gradient arena unzeroed (engine.py):
+        gparts[c] = [(part, first column, end column)] of a concat whose inputs live in its
+        buffer (writing c's gradient writes theirs); gzero = the symbols zeroed up front: those
+        that frontiers add rows to (pre-phase inputs of front instructions) and that later
+        get whole-buffer writes, where first-write-assigns cannot tell which rows are set."""
+        self.gparts = {}
+        for a, (c, col) in self.alias.items():
+            self.gparts.setdefault(c, []).append((a, col, col + self.sizes[a]))
+        zero = set()
+        for s in ops:
+            if self.phase[s] != "front":
+                continue
+            src = self.src[s]
+            shared = src[1].shared_of(len(src[2]))
+            for j, a in enumerate(src[2]):
+                if not self.is_param[a] and (self.phase[a] == "pre" or j in shared):
+                    zero.update(p for p, _, _ in self.gparts.get(a, [(a, 0, 0)]))
+        self.gzero = zero
+        # front symbols whose frontier gradient may be the array an op returned (engine.py):
+        # read only within their frontier, so not concat parts (their concat's buffer holds
+        # them) nor outputs of ops that split their backward (param_grads reads all rows)
+        deferring = {s for s in ops if type(self.src[s][1]).input_grads is not Op.input_grads}
+        self.gfree = frozenset(s for s in range(len(self.src))
+                               if self.phase[s] == "front" and not self.is_param[s] and s not in zero
+                               and s not in self.alias and s not in self.gparts and s not in deferring)
 
     def key_of(self, arity, kind):
         return (arity if "arity" in self.reads else None, kind if "kind" in self.reads else None)
