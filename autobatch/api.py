@@ -10,7 +10,8 @@ import numpy as np
 
 from . import runtime
 from .errors import GraphError, StaleExpressionError, user_line
-from .graph import ComputationGraph, Expression, _new_expr, binary_fn, cg, unary_fn
+from . import fastpath
+from .graph import ComputationGraph, Expression, cg
 from .ops import OPS
 from .params import LookupParameter, Parameter
 
@@ -149,28 +150,6 @@ def const_parameter(p: Parameter) -> Expression:
 def lookup(p: LookupParameter, index: int, update: bool = True) -> Expression:
     """Row ``index`` of table p, shape p.shape()[1:]."""
     g = _S.graph or cg()
-    if type(index) is int and type(p) is LookupParameter and update is True:
-        r = g._flk.get(p)            # (out, size, sig, diff, p's node, rows): see graph.unary_fn
-        if r is not None and 0 <= index < r[5]:
-            a = r[4]
-            g.depths.append(1)
-            g.needs.append(r[3])             # the table's node (update=True) needs a gradient
-            uses = g.uses
-            uses[a] += 1
-            uses.append(0)
-            ops = g.ops
-            n = len(ops)
-            ops.append(_LOOKUP)
-            g.args.append((a,))
-            g.attrs.append(None)
-            g.datas.append(index)
-            g.shapes.append(r[0])
-            g.sizes.append(r[1])
-            g.sigs.append(r[2])
-            e = _new_expr(Expression)
-            e.cg = g
-            e.i = n
-            return e
     if type(index) in _NP_INTS:          # ids from a NumPy array
         index = int(index)
     if type(index) is int and type(p) is LookupParameter and update is True and 0 <= index < p.data.shape[0]:
@@ -188,6 +167,13 @@ def lookup(p: LookupParameter, index: int, update: bool = True) -> Expression:
     return g.add1(_LOOKUP, g.pid(p, update), index, True)
 
 
+lookup = fastpath.fast(lookup, _LOOKUP, "p, index, update=True", """
+if type(index) is int and type(p) is _LP and update is True and g is not None:
+    r = g._flk.get(p)            # (out, size, sig, diff, p's node, rows)
+    if r is not None and 0 <= index < r[5]:
+        a = r[4]""", ("a",), need="r[3]", depth="1", data="index", _LP=LookupParameter)
+
+
 def const_lookup(p: LookupParameter, index: int) -> Expression:
     """Row ``index`` of p, receiving no gradient."""
     return lookup(p, index, update=False)
@@ -202,35 +188,6 @@ def _matmul(a, b) -> Expression:
 
 def affine_transform(xs: Sequence) -> Expression:
     """b + W1·x1 + W2·x2 + … from [b, W1, x1, W2, x2, …]; one GEMM per pair per batch."""
-    if type(xs) is list and len(xs) == 3:
-        b, w, x = xs
-        g = _S.graph
-        if type(x) is Expression and x.cg is g and type(w) is Parameter:
-            r = g._fw.get(w)         # add_affine's last entry for W: see graph.unary_fn
-            if r is not None and r[4] is b and r[5] is g.shapes[x.i]:
-                xi = x.i
-                pb, pw = r[6], r[7]
-                depths = g.depths
-                depths.append(depths[xi] + 1)    # parameters have depth 0
-                g.needs.append(r[3])             # b and W (update=True) need gradients
-                uses = g.uses
-                uses[pb] += 1
-                uses[pw] += 1
-                uses[xi] += 1
-                uses.append(0)
-                ops = g.ops
-                n = len(ops)
-                ops.append(_AFFINE)
-                g.args.append((pb, pw, xi))
-                g.attrs.append(None)
-                g.datas.append(None)
-                g.shapes.append(r[0])
-                g.sizes.append(r[1])
-                g.sigs.append(r[2])
-                e = _new_expr(Expression)
-                e.cg = g
-                e.i = n
-                return e
     if type(xs) is not list:
         xs = list(xs)
     if len(xs) == 1:
@@ -258,6 +215,18 @@ def affine_transform(xs: Sequence) -> Expression:
     return esum(terms)
 
 
+# b and W are update=True parameters (need gradients, depth 0): only x is looked at
+affine_transform = fastpath.fast(affine_transform, _AFFINE, "xs", """
+if type(xs) is list and len(xs) == 3:
+    b, w, x = xs
+    if type(x) is _E and x.cg is g and type(w) is _P:
+        r = g._fw.get(w)         # add_affine's last entry for W
+        if r is not None and r[4] is b and r[5] is g.shapes[x.i]:
+            xi = x.i
+            pb = r[6]
+            pw = r[7]""", ("pb", "pw", "xi"), need="r[3]", depth="depths[xi] + 1", _P=Parameter)
+
+
 def dot_product(x, y) -> Expression:
     """x·y for two vectors of shape (n,); shape (1,)."""
     return _op(OPS["dot_product"], x, y)
@@ -274,7 +243,7 @@ def tanh(x) -> Expression:
     return _op1(_TANH, x)
 
 
-tanh = unary_fn(_TANH, tanh)
+tanh = fastpath.unary(_TANH, tanh)
 
 
 def logistic(x) -> Expression:
@@ -282,7 +251,7 @@ def logistic(x) -> Expression:
     return _op1(_LOGISTIC, x)
 
 
-logistic = unary_fn(_LOGISTIC, logistic)
+logistic = fastpath.unary(_LOGISTIC, logistic)
 
 
 def rectify(x) -> Expression:
@@ -290,7 +259,7 @@ def rectify(x) -> Expression:
     return _op1(_RECTIFY, x)
 
 
-rectify = unary_fn(_RECTIFY, rectify)
+rectify = fastpath.unary(_RECTIFY, rectify)
 
 
 def exp(x) -> Expression:
@@ -298,7 +267,7 @@ def exp(x) -> Expression:
     return _op1(_EXP, x)
 
 
-exp = unary_fn(_EXP, exp)
+exp = fastpath.unary(_EXP, exp)
 
 
 def log(x) -> Expression:
@@ -306,7 +275,7 @@ def log(x) -> Expression:
     return _op1(_LOG, x)
 
 
-log = unary_fn(_LOG, log)
+log = fastpath.unary(_LOG, log)
 
 
 def sqrt(x) -> Expression:
@@ -314,7 +283,7 @@ def sqrt(x) -> Expression:
     return _op1(_SQRT, x)
 
 
-sqrt = unary_fn(_SQRT, sqrt)
+sqrt = fastpath.unary(_SQRT, sqrt)
 
 
 def square(x) -> Expression:
@@ -322,7 +291,7 @@ def square(x) -> Expression:
     return _op1(_SQUARE, x)
 
 
-square = unary_fn(_SQUARE, square)
+square = fastpath.unary(_SQUARE, square)
 
 
 def abs(x) -> Expression:  # noqa: A001  (DyNet's name)
@@ -330,7 +299,7 @@ def abs(x) -> Expression:  # noqa: A001  (DyNet's name)
     return _op1(_ABS, x)
 
 
-abs = unary_fn(_ABS, abs)  # noqa: A001
+abs = fastpath.unary(_ABS, abs)  # noqa: A001
 
 
 def cmult(x, y) -> Expression:
@@ -338,7 +307,7 @@ def cmult(x, y) -> Expression:
     return _op2(_CMULT, x, y)
 
 
-cmult = binary_fn(_CMULT, cmult)
+cmult = fastpath.binary(_CMULT, cmult)
 
 
 def cdiv(x, y) -> Expression:
@@ -346,7 +315,7 @@ def cdiv(x, y) -> Expression:
     return _op2(_CDIV, x, y)
 
 
-cdiv = binary_fn(_CDIV, cdiv)
+cdiv = fastpath.binary(_CDIV, cdiv)
 
 
 def elu(x, alpha: float = 1.0) -> Expression:
@@ -356,52 +325,28 @@ def elu(x, alpha: float = 1.0) -> Expression:
 
 def esum(xs: Sequence) -> Expression:
     """Sum of same-shape expressions."""
-    if type(xs) is list:
-        if len(xs) == 2:
-            return _add2(xs[0], xs[1])
-        if len(xs) == 3:                                # the inline path of graph.unary_fn
-            x, y, z = xs
-            g = _S.graph
-            if type(x) is Expression and type(y) is Expression and type(z) is Expression \
-                    and x.cg is g and y.cg is g and z.cg is g:
-                a, b, c = x.i, y.i, z.i
-                r = g._f3.get(_ADD)
-                shapes = g.shapes
-                if r is not None and r[4] is shapes[a] and r[5] is shapes[b] and r[6] is shapes[c]:
-                    depths = g.depths
-                    d = depths[a]
-                    if depths[b] > d:
-                        d = depths[b]
-                    if depths[c] > d:
-                        d = depths[c]
-                    depths.append(d + 1)
-                    needs = g.needs
-                    needs.append(r[3] and (needs[a] or needs[b] or needs[c]))
-                    uses = g.uses
-                    uses[a] += 1
-                    uses[b] += 1
-                    uses[c] += 1
-                    uses.append(0)
-                    ops = g.ops
-                    n = len(ops)
-                    ops.append(_ADD)
-                    g.args.append((a, b, c))
-                    g.attrs.append(None)
-                    g.datas.append(None)
-                    shapes.append(r[0])
-                    g.sizes.append(r[1])
-                    g.sigs.append(r[2])
-                    e = _new_expr(Expression)
-                    e.cg = g
-                    e.i = n
-                    return e
-                return g.add3(_ADD, a, b, c)
+    if type(xs) is list and len(xs) == 2:
+        return _add2(xs[0], xs[1])
     xs = list(xs)
     g = _S.graph
     ids = [x.i for x in xs if type(x) is Expression and x.cg is g]
     if len(ids) == len(xs) > 1:                         # the common case: no conversions
+        if len(ids) == 3:
+            return g.add3(_ADD, *ids)                   # fills the cache of the fast path below
         return g.add2(_ADD, ids[0], ids[1]) if len(ids) == 2 else g.add(_ADD, tuple(ids))
     return xs[0] if len(xs) == 1 and type(xs[0]) is Expression else _opl(_ADD, xs)
+
+
+esum = fastpath.fast(esum, _ADD, "xs", """
+if type(xs) is list and len(xs) == 3:
+    x, y, z = xs
+    if type(x) is _E and type(y) is _E and type(z) is _E and x.cg is g and y.cg is g and z.cg is g:
+        a = x.i
+        b = y.i
+        c = z.i
+        r = g._f3.get(_op)
+        if r is not None and r[4] is g.shapes[a] and r[5] is g.shapes[b] and r[6] is g.shapes[c]:""",
+                     ("a", "b", "c"))
 
 
 def _add2_slow(x, y):
@@ -411,7 +356,7 @@ def _add2_slow(x, y):
     return _opl(_ADD, [x, y])
 
 
-_add2 = binary_fn(_ADD, _add2_slow)
+_add2 = fastpath.binary(_ADD, _add2_slow)
 
 
 def average(xs: Sequence) -> Expression:
@@ -507,28 +452,6 @@ def pickneglogsoftmax(x, v: int) -> Expression:
     g = _S.graph
     if type(v) is int and type(x) is Expression and x.cg is g:
         a = x.i
-        r = g._f1.get(_PNLS)          # see graph.unary_fn
-        if r is not None and r[4] is g.shapes[a] and 0 <= v < r[4][0]:
-            depths = g.depths
-            depths.append(depths[a] + 1)
-            needs = g.needs
-            needs.append(r[3] and needs[a])
-            uses = g.uses
-            uses[a] += 1
-            uses.append(0)
-            ops = g.ops
-            n = len(ops)
-            ops.append(_PNLS)
-            g.args.append((a,))
-            g.attrs.append(None)
-            g.datas.append(v)
-            g.shapes.append(r[0])
-            g.sizes.append(r[1])
-            g.sigs.append(r[2])
-            e = _new_expr(Expression)
-            e.cg = g
-            e.i = n
-            return e
         if 0 <= v < g.shapes[a][0]:
             return g.add1(_PNLS, a, v)                  # the common case, checked in one line
     s = _shape(x)
@@ -536,6 +459,13 @@ def pickneglogsoftmax(x, v: int) -> Expression:
         return _op(OPS["pickneglogsoftmax"], x, data=v)
     _index_in("pickneglogsoftmax", x, v, s[0])
     return _op(OPS["pickneglogsoftmax"], x, data=int(v))
+
+
+pickneglogsoftmax = fastpath.fast(pickneglogsoftmax, _PNLS, "x, v", """
+if type(v) is int and type(x) is _E and x.cg is g:
+    a = x.i
+    r = g._f1.get(_op)
+    if r is not None and r[4] is g.shapes[a] and 0 <= v < r[4][0]:""", ("a",), data="v")
 
 
 def hinge(x, index: int, m: float = 1.0) -> Expression:
@@ -590,7 +520,7 @@ def _concat2_slow(x, y):
     return _opl(_CONCAT, [x, y], attr=0)
 
 
-_concat2 = binary_fn(_CONCAT, _concat2_slow, 0)
+_concat2 = fastpath.binary(_CONCAT, _concat2_slow, 0)
 
 
 def concatenate_cols(xs: Sequence) -> Expression:
@@ -684,14 +614,14 @@ def _getitem(x, k):
     return pick(x, k + n if -n <= k < 0 else k)   # x[-1] is the last element, as in DyNet
 
 
-# Expression op Expression: the inline path of graph.binary_fn, then the general one
-Expression.__add__ = binary_fn(_ADD, _add)
+# Expression op Expression: the inline path of fastpath.binary, then the general one
+Expression.__add__ = fastpath.binary(_ADD, _add)
 Expression.__radd__ = lambda self, o: _add(o, self)
-Expression.__sub__ = binary_fn(_SUB, _sub)
+Expression.__sub__ = fastpath.binary(_SUB, _sub)
 Expression.__rsub__ = lambda self, o: _sub(o, self)
 Expression.__mul__ = _mul
 Expression.__rmul__ = lambda self, o: _mul(o, self)
-Expression.__truediv__ = binary_fn(_CDIV, _div)
+Expression.__truediv__ = fastpath.binary(_CDIV, _div)
 Expression.__rtruediv__ = lambda self, o: _div(o, self)
 Expression.__neg__ = lambda self: _op(_SCALE, self, attr=(-1.0, 0.0))
 Expression.__getitem__ = _getitem

@@ -6,7 +6,6 @@ shape, size, signature, depth, arena offset). Ids are topological: arguments
 always precede their users, so "everything up to node i" is a closed set."""
 from __future__ import annotations
 
-import functools
 import itertools
 import threading
 import time
@@ -596,87 +595,6 @@ class Expression:
 
 
 _new_expr = Expression.__new__   # __new__ plus two slot stores is half the cost of __init__
-
-
-# Inline fast paths for the API functions of the most common node kinds. Going through
-# _op1 -> add1 costs two Python calls and a key tuple per node, about a fifth of building
-# it; these functions append the node themselves when the graph's last entry for the op
-# (_f1, _f2: keyed by the op, filled by add1/add2) matches the inputs' shapes, which are
-# interned, so an identity test checks them. Anything else (a first node, other shapes,
-# a Parameter or stale input, the debug graph, the vertex tracer) goes to `slow`.
-def unary_fn(op, slow):
-    """f(x) == slow(x) for an op without attr and data (tanh, logistic, ...)."""
-    E, new, S = Expression, _new_expr, runtime.state()
-
-    def f(x):
-        g = S.graph
-        if type(x) is E and x.cg is g:
-            a = x.i
-            r = g._f1.get(op)
-            if r is not None and r[4] is g.shapes[a]:
-                depths = g.depths
-                depths.append(depths[a] + 1)
-                needs = g.needs
-                needs.append(r[3] and needs[a])
-                uses = g.uses
-                uses[a] += 1
-                uses.append(0)
-                ops = g.ops
-                n = len(ops)
-                ops.append(op)
-                g.args.append((a,))
-                g.attrs.append(None)
-                g.datas.append(None)
-                g.shapes.append(r[0])
-                g.sizes.append(r[1])
-                g.sigs.append(r[2])
-                e = new(E)
-                e.cg = g
-                e.i = n
-                return e
-        return slow(x)
-    return functools.update_wrapper(f, slow)    # slow's name, doc and signature
-
-
-def binary_fn(op, slow, attr=None):
-    """f(x, y) == slow(x, y) for an op of two inputs, no data and attribute attr."""
-    E, new, S = Expression, _new_expr, runtime.state()
-
-    def f(x, y):
-        g = S.graph
-        if type(x) is E and type(y) is E and x.cg is g and y.cg is g:
-            r = g._f2.get(op)
-            if r is not None:
-                a = x.i
-                b = y.i
-                shapes = g.shapes
-                if r[4] is shapes[a] and r[5] is shapes[b] and r[6] is attr:
-                    depths = g.depths
-                    d = depths[a]
-                    if depths[b] > d:
-                        d = depths[b]
-                    depths.append(d + 1)
-                    needs = g.needs
-                    needs.append(r[3] and (needs[a] or needs[b]))
-                    uses = g.uses
-                    uses[a] += 1
-                    uses[b] += 1
-                    uses.append(0)
-                    ops = g.ops
-                    n = len(ops)
-                    ops.append(op)
-                    g.args.append((a, b))
-                    g.attrs.append(attr)
-                    g.datas.append(None)
-                    shapes.append(r[0])
-                    g.sizes.append(r[1])
-                    g.sigs.append(r[2])
-                    e = new(E)
-                    e.cg = g
-                    e.i = n
-                    return e
-        return slow(x, y)
-    return functools.update_wrapper(f, slow)
 
 
 def cg() -> ComputationGraph:

@@ -1,5 +1,5 @@
-"""The API's inline fast paths (graph.unary_fn, binary_fn and the ones written out in
-affine_transform, lookup, pickneglogsoftmax, esum) must append exactly what the
+"""The API's inline fast paths (autobatch/fastpath.py: tanh ..., cmult, +, affine_transform,
+lookup, pickneglogsoftmax, esum of 2 and 3, concatenate of 2) must append exactly what the
 generic add() appends. A debug graph sends every node through add(), so random programs
 built in a normal graph and in a debug graph must give identical columns."""
 import pytest

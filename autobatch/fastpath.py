@@ -1,0 +1,102 @@
+"""Inline fast paths for the API functions of the most common node kinds.
+
+Going through ``api.tanh -> _op1 -> graph.add1`` costs two Python calls and a key tuple per
+node, about a fifth of building it. The functions made here append their node themselves when
+the graph's last cache entry for the op (``g._f1`` ... ``g._flk``, filled by the graph's add
+methods) matches the inputs, whose shapes are interned, so identity tests check them; anything
+else (a first node, other shapes, a Parameter or stale input, the debug graph, the vertex
+tracer, whose caches stay empty) goes to the plain function.
+
+The append itself is written once, below, and compiled into each function: a shared helper
+would cost the very call these paths exist to save.
+
+A cache entry ``r`` starts (out shape, size, signature, op differentiable); what follows
+depends on the cache (input shapes, attr, parameter nodes; see ComputationGraph.__init__)."""
+from __future__ import annotations
+
+import functools
+
+from . import runtime
+from .graph import Expression, _new_expr
+
+_APPEND = """\
+depths = g.depths
+{depth}
+needs = g.needs
+needs.append({need})
+uses = g.uses
+{uses}
+uses.append(0)
+ops = g.ops
+n = len(ops)
+ops.append(_op)
+g.args.append(({args},))
+g.attrs.append({attr})
+g.datas.append({data})
+g.shapes.append(r[0])
+g.sizes.append(r[1])
+g.sigs.append(r[2])
+e = _new(_E)
+e.cg = g
+e.i = n
+return e"""
+
+
+def _depth(ins, depth):
+    if depth is not None:
+        return f"depths.append({depth})"
+    if len(ins) == 1:
+        return f"depths.append(depths[{ins[0]}] + 1)"
+    lines = [f"d = depths[{ins[0]}]"]
+    for a in ins[1:]:
+        lines += [f"if depths[{a}] > d:", f"    d = depths[{a}]"]
+    return "\n".join(lines + ["depths.append(d + 1)"])
+
+
+def fast(slow, op, params: str, guard: str, ins: tuple, need: str = None, depth: str = None,
+         attr: str = "None", data: str = "None", **consts):
+    """A function with slow's name, doc and signature (``params``: its parameter list as
+    source) that appends one node of op itself when ``guard`` holds, else returns slow(...).
+    guard: source lines ending in the ``if`` that opens the append (and, in its body, lines
+    that come before it); they bind ``r`` (the cache entry) and the input node ids named in
+    ``ins``, and must not touch g before testing it (g is None before the first graph). need: the node's needs-gradient
+    flag (default: differentiable and some input needs one); depth: its depth (default: one
+    more than its deepest input); attr, data: source of the node's attr and data; consts:
+    names the guard reads."""
+    if need is None:
+        need = "r[3] and (" + " or ".join(f"needs[{a}]" for a in ins) + ")"
+    body = _APPEND.format(depth=_depth(ins, depth), need=need, uses="\n".join(f"uses[{a}] += 1" for a in ins),
+                          args=", ".join(ins), attr=attr, data=data)
+    guard_lines = guard.strip("\n").splitlines()
+    last = guard_lines[-1]
+    indent = " " * (len(last) - len(last.lstrip()) + (4 if last.endswith(":") else 0))
+    call = ", ".join(p.split("=")[0].strip() for p in params.split(","))
+    src = "\n".join([f"def f({params}):", "    g = _S.graph"]
+                    + ["    " + line for line in guard_lines]
+                    + ["    " + indent + line for line in body.splitlines()]
+                    + [f"    return _slow({call})"])
+    ns = {"_S": runtime.state(), "_E": Expression, "_new": _new_expr, "_op": op, "_slow": slow, **consts}
+    # a file name inside the package: errors raised below (in slow) name the user's line,
+    # which errors.user_site finds by skipping the package's frames
+    exec(compile(src, f"{__file__}<fast path of {slow.__name__}>", "exec"), ns)
+    return functools.update_wrapper(ns["f"], slow)
+
+
+def unary(op, slow):
+    """f(x) == slow(x) for an op without attr and data (tanh, logistic, ...)."""
+    return fast(slow, op, "x", """
+if type(x) is _E and x.cg is g:
+    a = x.i
+    r = g._f1.get(_op)
+    if r is not None and r[4] is g.shapes[a]:""", ("a",))
+
+
+def binary(op, slow, attr=None):
+    """f(x, y) == slow(x, y) for an op of two inputs, no data and attribute attr."""
+    return fast(slow, op, "x, y", """
+if type(x) is _E and type(y) is _E and x.cg is g and y.cg is g:
+    r = g._f2.get(_op)
+    a = x.i
+    b = y.i
+    if r is not None and r[4] is g.shapes[a] and r[5] is g.shapes[b] and r[6] is _attr:""",
+                ("a", "b"), attr="_attr", _attr=attr)
