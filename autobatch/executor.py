@@ -253,14 +253,14 @@ class Executor:
         # one node with many same-shape inputs (the esum of all losses): one gather
         wide = len(a0) > 4 and not shared and self._wide(ids, a0, xs, ins)
         if not wide:
-            if cols is None:
-                cols = _columns(g.args, ids, a0)
+            rows = itemgetter(*ids)(g.args) if B > 1 and cols is None else None
             for j, a in enumerate(a0):
                 if j in shared:
                     xs.append(self.value(a))
                     ins.append(None)
                 else:
-                    srcs = [a] if B == 1 else list(cols[j])
+                    # only the stacked columns are pulled out (an affine's b and W are not)
+                    srcs = [a] if B == 1 else list(cols[j]) if rows is None else list(map(itemgetter(j), rows))
                     x, info = self._gather(srcs, g.shapes[a], sizes_flat)
                     xs.append(x)
                     ins.append(info)
