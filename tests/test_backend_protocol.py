@@ -169,6 +169,27 @@ def test_ragged_index_is_concatenated_ranges():
     np.testing.assert_array_equal(be.ragged_index(offs, sizes), want)
 
 
+
+@pytest.mark.parametrize("offs", [[8, 0, 24], [8, 3, 24], [0, 0, 16]])
+def test_numpy_gather_and_scatter_reuse_the_index_of_one_offsets_list(offs):
+    """The index built for forward's gather is reused by backward's scatter of the same list
+    (row numbers when the blocks are aligned, element numbers when not): same blocks as a
+    fresh backend, for a list seen before and for an equal list never seen; a list of the
+    same identity but another block size is not mistaken for the cached one."""
+    buf = np.arange(40, dtype=np.float64)
+    vals = np.arange(12, dtype=np.float64).reshape(3, 4)
+    want = np.stack([buf[o:o + 4] for o in offs])
+    be = NumpyBackend()
+    for lst in (offs, offs, list(offs)):
+        np.testing.assert_array_equal(be.gather(buf, lst, 4), want)
+        out, ref = np.zeros(40), np.zeros(40)
+        be.scatter_add(out, lst, 4, vals, unique=False)
+        for k, o in enumerate(offs):
+            ref[o:o + 4] += vals[k]
+        np.testing.assert_array_equal(out, ref)
+    np.testing.assert_array_equal(be.gather(buf, offs, 2), np.stack([buf[o:o + 2] for o in offs]))
+    assert len(be._idx) == 2    # offs (its size-2 entry replaced the size-4 one) and its copy
+
 def test_set_backend_cupy_without_cupy_is_one_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)     # import cupy -> ImportError
     monkeypatch.delitem(backends._CACHE, "cupy", raising=False)
