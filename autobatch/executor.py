@@ -527,17 +527,20 @@ class Executor:
                     o = self.offs[a]
                     gbuf[o:o + s] += piece
 
-    def _disjoint(self, offsets, size, srcs=()):
+    def _disjoint(self, offsets, size, srcs=None):
         """No two of these blocks (of `size` elements, or of sizes[k]) share an element: a
         buffered add is then exact. Blocks of distinct nodes never overlap in the arena, but
         views (op.view) may alias each other: two slices of one block, or a concatenation
-        and one of its pieces. srcs: the blocks' nodes; when none is a view, distinct
-        offsets suffice (3x cheaper than sorting)."""
+        and one of its pieces. srcs: the blocks' nodes (with an int size); offsets are
+        sorted only when one of them is a view."""
         if type(size) is int:
             if len(offsets) < 2:
                 return True
-            if not self.g.stats.view_nodes or srcs and self.viewed.isdisjoint(srcs):
-                return len(set(offsets)) == len(offsets)
+            nodes = set(srcs)
+            if len(nodes) < len(srcs):         # a node twice: its block twice
+                return False
+            if not self.viewed or self.viewed.isdisjoint(nodes):    # the smaller set is walked
+                return True
             o = sorted(offsets)
             return min(map(sub, o[1:], o)) >= size      # the gaps at C speed
         blocks = sorted(zip(offsets, size))
