@@ -48,8 +48,9 @@ class NumpyBackend:
             rows, idx = hit[2], hit[3]
         else:
             o = np.asarray(offsets, dtype=np.intp)
-            rows = size > 1 and not (o % size).any()
-            idx = o // size if rows else o       # element numbers are not kept: B·size of them
+            q, r = np.divmod(o, size)            # one ufunc call: 2 us less than % then //
+            rows = size > 1 and not r.any()
+            idx = q if rows else o               # element numbers are not kept: B·size of them
             if type(offsets) is list:
                 self._idx[id(offsets)] = (offsets, size, rows, idx)
                 if len(self._idx) > self.OFFSET_CACHE:
