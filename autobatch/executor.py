@@ -80,6 +80,9 @@ class Executor:
         memory.give(self.gbuf)
         self.buf = self.gbuf = None
         self.g = None
+        forget = getattr(self.be, "forget_offsets", None)
+        if forget is not None:
+            forget()
 
     def invalidate(self):
         """Forget every computed value (the arena is reused from its start): batches mix

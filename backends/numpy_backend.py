@@ -60,6 +60,12 @@ class NumpyBackend:
             return buf[:n * size].reshape(n, size), idx    # a view (np's as_strided costs 7 us)
         return buf, idx[:, None] + self.arange(size)
 
+    def forget_offsets(self):
+        """A graph was released: its offsets lists will not come back. Dropping them at once
+        keeps thousands of lists from staying alive (and walked by the cycle collector)
+        through the next graph's build."""
+        self._idx.clear()
+
     def gather(self, buf, offsets, size: int):
         """Copy B scattered blocks into one contiguous (B, size) array (sparse→dense)."""
         view, idx = self._index(buf, offsets, size)
