@@ -5,6 +5,8 @@ so that they are) are moved as whole rows of a (len/size, size) view: the index 
 B row numbers instead of B·size element numbers, and take copies rows with memcpy."""
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 
 
@@ -12,8 +14,11 @@ class NumpyBackend:
     name = "numpy"
     xp = np
 
+    OFFSET_CACHE = 2048      # index arrays kept, keyed by the offsets list's identity
+
     def __init__(self):
         self._ar = {}
+        self._idx: OrderedDict = OrderedDict()
 
     def arange(self, n: int):
         a = self._ar.get(n)
@@ -32,31 +37,44 @@ class NumpyBackend:
         s = np.asarray(sizes, dtype=np.intp)
         return np.repeat(o - (np.cumsum(s) - s), s) + np.arange(int(s.sum()), dtype=np.intp)
 
-    @staticmethod
-    def _rows(buf, o, size):
-        """(row view, row numbers) when every offset is a multiple of size, else None."""
-        if size > 1 and not (o % size).any():
+    def _index(self, buf, offsets, size):
+        """(view of buf, index into it) addressing the blocks: row numbers of a (len/size, size)
+        view when every offset is a multiple of size, else (B, size) element numbers. A list's
+        index is cached by identity (the executor keeps forward's gather list for backward's
+        scatter, and the cache holds it alive, so its id cannot be reused while cached): the
+        scatter then skips the conversion and the alignment test."""
+        hit = self._idx.get(id(offsets)) if type(offsets) is list else None
+        if hit is not None and hit[0] is offsets and hit[1] == size:
+            rows, idx = hit[2], hit[3]
+        else:
+            o = np.asarray(offsets, dtype=np.intp)
+            q, r = np.divmod(o, size)            # one ufunc call: 2 us less than % then //
+            rows = size > 1 and not r.any()
+            idx = q if rows else o               # element numbers are not kept: B·size of them
+            if type(offsets) is list:
+                self._idx[id(offsets)] = (offsets, size, rows, idx)
+                if len(self._idx) > self.OFFSET_CACHE:
+                    self._idx.popitem(last=False)
+        if rows:
             n = buf.shape[0] // size
-            return buf[:n * size].reshape(n, size), o // size    # a view (np's as_strided costs 7 us)
-        return None
+            return buf[:n * size].reshape(n, size), idx    # a view (np's as_strided costs 7 us)
+        return buf, idx[:, None] + self.arange(size)
+
+    def forget_offsets(self):
+        """A graph was released: its offsets lists will not come back. Dropping them at once
+        keeps thousands of lists from staying alive (and walked by the cycle collector)
+        through the next graph's build."""
+        self._idx.clear()
 
     def gather(self, buf, offsets, size: int):
         """Copy B scattered blocks into one contiguous (B, size) array (sparse→dense)."""
-        o = np.asarray(offsets, dtype=np.intp)
-        rows = self._rows(buf, o, size)
-        if rows is not None:
-            return rows[0].take(rows[1], axis=0)
-        return buf.take(o[:, None] + self.arange(size))
+        view, idx = self._index(buf, offsets, size)
+        return view.take(idx, axis=0) if idx.ndim == 1 else view.take(idx)
 
     def scatter_add(self, buf, offsets, size: int, vals, unique: bool):
         """buf[block k] += vals[k] for B blocks (dense→sparse); `unique` says no
         block repeats, which allows the buffered (fast) indexed add."""
-        o = np.asarray(offsets, dtype=np.intp)
-        rows = self._rows(buf, o, size)
-        if rows is not None:
-            view, idx = rows
-        else:
-            view, idx = buf, o[:, None] + self.arange(size)
+        view, idx = self._index(buf, offsets, size)
         vals = vals.reshape(idx.shape + view.shape[1:])
         if unique:
             view[idx] += vals

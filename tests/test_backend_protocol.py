@@ -169,6 +169,43 @@ def test_ragged_index_is_concatenated_ranges():
     np.testing.assert_array_equal(be.ragged_index(offs, sizes), want)
 
 
+
+@pytest.mark.parametrize("offs", [[8, 0, 24], [8, 3, 24], [0, 0, 16]])
+def test_numpy_gather_and_scatter_reuse_the_index_of_one_offsets_list(offs):
+    """The index built for forward's gather is reused by backward's scatter of the same list
+    (row numbers when the blocks are aligned, element numbers when not): same blocks as a
+    fresh backend, for a list seen before and for an equal list never seen; a list of the
+    same identity but another block size is not mistaken for the cached one."""
+    buf = np.arange(40, dtype=np.float64)
+    vals = np.arange(12, dtype=np.float64).reshape(3, 4)
+    want = np.stack([buf[o:o + 4] for o in offs])
+    be = NumpyBackend()
+    for lst in (offs, offs, list(offs)):
+        np.testing.assert_array_equal(be.gather(buf, lst, 4), want)
+        out, ref = np.zeros(40), np.zeros(40)
+        be.scatter_add(out, lst, 4, vals, unique=False)
+        for k, o in enumerate(offs):
+            ref[o:o + 4] += vals[k]
+        np.testing.assert_array_equal(out, ref)
+    np.testing.assert_array_equal(be.gather(buf, offs, 2), np.stack([buf[o:o + 2] for o in offs]))
+    assert len(be._idx) == 2    # offs (its size-2 entry replaced the size-4 one) and its copy
+
+
+def test_numpy_index_cache_is_dropped_with_its_graph():
+    """Cached gather indices hold their offsets lists alive: a released graph's must go at
+    once, not stay (walked by the cycle collector) through the next graph's build."""
+    dy.set_backend("numpy")
+    P = make_params(5)
+    dy.renew_cg(autobatching="agenda")
+    E = P["E"][2]
+    xs = [dy.lookup(E, i) for i in (0, 3, 1, 2)]
+    zs = [dy.cmult(xs[k], xs[3 - k]) for k in range(4)]       # one input needs a gather
+    dy.esum([dy.sum_elems(z) for z in zs]).backward()
+    be = dy.cg().backend
+    assert be._idx, "the gather's index was not cached"
+    dy.renew_cg()
+    assert not be._idx
+
 def test_set_backend_cupy_without_cupy_is_one_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)     # import cupy -> ImportError
     monkeypatch.delitem(backends._CACHE, "cupy", raising=False)

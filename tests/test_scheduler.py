@@ -223,6 +223,24 @@ def test_unique_by_counting_or_sorting_matches_numpy(xs, spread):
     np.testing.assert_array_equal(scheduler._unique(keys), np.unique(keys))
 
 
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-3, 10 ** 6), max_size=300), st.integers(0, 3))
+def test_stable_order_matches_numpy_stable_argsort(xs, spread):
+    """Batch keys are sorted by radix sort when they fit 16 bits, by rank when their distinct
+    values do, else by NumPy's stable sort: each must keep equal keys in id order."""
+    keys = np.array(xs, dtype=np.int64) // (1, 100, 10 ** 4, 10 ** 6)[spread]
+    if spread == 0 and len(keys) > 1:
+        keys[1:] %= 3             # many ties, so that stability is tested
+    np.testing.assert_array_equal(scheduler._stable_order(keys), np.argsort(keys, kind="stable"))
+    if len(keys) and keys.min() >= 0 and keys.max() >= 1 << 16:     # rank path vs plain path
+        saved = scheduler._unique
+        try:
+            scheduler._unique = lambda a: np.arange(1 << 16)    # too many distinct values
+            np.testing.assert_array_equal(scheduler._stable_order(keys), np.argsort(keys, kind="stable"))
+        finally:
+            scheduler._unique = saved
+
 def _dynet_rule_by_hand(lo, hi, sigs, depths, args, heavy_of_sig):
     """DyNet's agenda node by node, the way its paper states it: run every ready node of the
     ready signature with the lowest average depth (ties: cheap first, then signature)."""

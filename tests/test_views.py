@@ -116,6 +116,25 @@ def test_concatenation_and_its_piece_in_one_elementwise_batch(f64):
     assert all(n == 1 for n in counts.values())
 
 
+
+def test_repeated_plain_blocks_in_a_gather_while_views_exist(f64):
+    """A graph with views, and a batch that gathers one plain (non-view) block twice: the
+    scatter's check that no two blocks overlap must see the repeat although none of the
+    gathered nodes is a view (and must not take the slow path's answer for granted)."""
+    pc = dy.ParameterCollection()
+    A, B = pc.add_parameters((4,)), pc.add_parameters((4,))
+
+    def program():
+        hs = [dy.tanh(A * (k + 1.0)) for k in range(3)]
+        gs = [dy.logistic(B * (k + 1.0)) for k in range(3)]
+        cat = dy.concatenate(hs[:2])                          # a view: hs[0], hs[1] lie in order
+        # input 1 of the cmult batch: hs[2], hs[0], hs[2] -- out of order and repeated
+        prods = [dy.cmult(gs[k], hs[j]) for k, j in enumerate((2, 0, 2))]
+        return dy.esum([dy.sum_elems(dy.square(p)) for p in prods] + [dy.sum_elems(cat)])
+
+    counts = _compare(program, [A, B])
+    assert counts["agenda"] >= 1
+
 def test_transpose_and_reshape_views(f64):
     pc = dy.ParameterCollection()
     W, V = pc.add_parameters((3, 4)), pc.add_parameters((4,))

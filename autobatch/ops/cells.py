@@ -79,18 +79,22 @@ class LSTMCell(Op):
         gc *= 1 - tc * tc
         gc += gy[:, H:]
         ga = xp.empty_like(a)
-        xp.multiply(gc, g, out=ga[:, :H])
-        ga[:, :H] *= i * (1 - i)
-        xp.multiply(gh, tc, out=ga[:, 2 * H:3 * H])
-        ga[:, 2 * H:3 * H] *= o * (1 - o)
-        xp.multiply(gc, i, out=ga[:, 3 * H:])
-        ga[:, 3 * H:] *= 1 - g * g
         cp = self._c_prev(xs, H)
+        # the gradients reaching σ(i), σ(f), σ(o), then σ' = σ(1-σ) for all three in one pass
+        xp.multiply(gc, g, out=ga[:, :H])
         if cp is None:
             ga[:, H:2 * H] = 0
+        else:
+            xp.multiply(gc, cp, out=ga[:, H:2 * H])
+        xp.multiply(gh, tc, out=ga[:, 2 * H:3 * H])
+        s = z[:, :3 * H]
+        d = 1 - s
+        d *= s
+        ga[:, :3 * H] *= d
+        xp.multiply(gc, i, out=ga[:, 3 * H:])
+        ga[:, 3 * H:] *= 1 - g * g
+        if cp is None:
             return [ga]
-        xp.multiply(gc, cp, out=ga[:, H:2 * H])
-        ga[:, H:2 * H] *= f * (1 - f)
         gcp = gc * f
         if xs[1].shape[1] == H:
             return [ga, gcp]
