@@ -1,0 +1,80 @@
+"""RNN transduce's step templates, kept per graph and builder (75bd05b), and a template's
+memo of the last step's shared operands and their signature (recipes._M, 06ff77c): several
+transduce calls in one graph whose states read other parameter nodes (update=False, another
+builder's), dropout switched on and off between calls, checkpoints reverted between them.
+A debug graph builds every node through add() (no templates), so both graphs must get the
+same columns, and the same values and gradients."""
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import autobatch as dy
+from autobatch.graph import ComputationGraph
+
+COLUMNS = ("ops", "args", "attrs", "shapes", "sizes", "sigs", "depths", "needs", "uses", "sig_op")
+BUILDERS = ("VanillaLSTMBuilder", "LSTMBuilder", "SimpleRNNBuilder", "GRUBuilder")
+
+call = st.tuples(st.integers(0, 3),                     # which builder
+                 st.sampled_from(["plain", "frozen", "dropout", "nodrop", "revert"]),
+                 st.integers(1, 4),                     # sequence length
+                 st.integers(0, 4))                     # first word
+
+
+def _model():
+    dy.reset_random_seed(3)
+    pc = dy.ParameterCollection()
+    bs = [getattr(dy, n)(1 + (k == 1), 3, 4, pc) for k, n in enumerate(BUILDERS)]
+    return pc, bs, pc.add_lookup_parameters((6, 3))
+
+
+def _build(debug, calls):
+    pc, bs, E = _model()
+    dy.set_debug(debug)
+    try:
+        g = dy.renew_cg()
+        assert (type(g) is ComputationGraph) != debug
+        outs = []
+        for k, what, n, w in calls:
+            b = bs[k]
+            if what == "dropout":
+                b.set_dropout(0.25)
+            elif what == "nodrop":
+                b.disable_dropout()
+            xs = [dy.lookup(E, (w + j) % 6) for j in range(n)]
+            if what == "revert":           # templates recorded inside, then dropped
+                dy.cg_checkpoint()
+                b.initial_state().transduce(xs)
+                dy.cg_revert()
+            s = b.initial_state(update=what != "frozen")
+            outs.append(dy.sum_elems(s.transduce(xs)[-1]))
+        cols = {c: list(getattr(g, c)) for c in COLUMNS}
+        loss = dy.esum(outs)
+        v = loss.value()
+        loss.backward()
+        grads = [np.array(p.grad_as_array()) for p in list(pc.parameters_list()) + [E]]
+        return cols, v, grads
+    finally:
+        dy.set_debug(False)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(call, min_size=2, max_size=8))
+def test_transduce_templates_build_what_add_builds(f64, calls):
+    (ca, va, ga), (cb, vb, gb) = _build(False, calls), _build(True, calls)
+    for c in COLUMNS:
+        assert ca[c] == cb[c], c
+    np.testing.assert_allclose(va, vb, rtol=1e-12)
+    for a, b in zip(ga, gb):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_frozen_state_between_two_trained_ones(f64):
+    """The memo must not hand a frozen state's steps the signature of the trained nodes (or
+    back): three calls in one graph, each a template replay after the first step."""
+    calls = [(0, "plain", 3, 0), (0, "frozen", 3, 1), (0, "plain", 3, 2)]
+    cols, _, grads = _build(False, calls)
+    want, _, _ = _build(True, calls)
+    assert cols["sigs"] == want["sigs"] and cols["needs"] == want["needs"]
+    frozen = _build(False, [(0, "frozen", 3, 1)])[2]
+    assert all(not np.any(g) for g in frozen[:3])      # W_x, W_h, b of the frozen builder
+    assert any(np.any(g) for g in grads[:3])
