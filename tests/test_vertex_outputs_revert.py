@@ -1,12 +1,10 @@
 """A vertex call's outputs and DyNet's checkpoints (cg_checkpoint / cg_revert).
 
-Since 223d4be, ``out[name]`` builds its lazy-graph nodes (pickrange + reshape) when first read
-and keeps the Expression in ``VertexOutputs._e``. Read first between cg_checkpoint() and
-cg_revert(), those nodes are dropped by the revert but the cached Expression is still handed
-out; once new nodes reuse the ids it names one of them. Before 223d4be the nodes were built
-by the call itself, so a call made before the checkpoint kept working outputs."""
+``out[name]`` builds its lazy-graph nodes (pickrange + reshape) when first read and keeps the
+Expression. Read first between cg_checkpoint() and cg_revert(), those nodes are dropped by the
+revert; the kept Expression must then not be handed out (new nodes reuse its ids): the next
+read builds the nodes again."""
 import numpy as np
-import pytest
 
 import autobatch as dy
 
@@ -29,9 +27,6 @@ def _model():
     return f
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "vertex/function.py VertexOutputs.__getitem__ caches out[name] in _e; nodes built after "
-    "cg_checkpoint() are dropped by cg_revert(), the cached Expression then names a reused id"))
 def test_output_first_read_inside_a_reverted_checkpoint(f64):
     f = _model()
     gs = [dy.InputGraph([[], [], [0, 1]]), dy.InputGraph([[], [], [], [0, 1], [3, 2]])]

@@ -106,6 +106,13 @@ def _pull_source(fname, name, src, sizes, N, g):
     return PullSource("float", arr.shape[1:] or (1,), vals=arr.reshape(N, -1) if arr.ndim == 1 else arr)
 
 
+def _same_nodes(g, nodes) -> bool:
+    """The graph still holds these (id, op, args, attr) records."""
+    n = len(g.ops)
+    return all(i < n and g.ops[i] is op and g.args[i] == args and g.attrs[i] == attr
+               for i, op, args, attr in nodes)
+
+
 class VertexOutputs:
     """What a call pushed: ``out[name]`` is a lazy-graph Expression with one row per vertex
     (all graphs, input order), shape (N, *pushed shape).
@@ -119,17 +126,22 @@ class VertexOutputs:
         self._e = {}
 
     def __getitem__(self, name) -> Expression:
-        e = self._e.get(name)
-        if e is None:
-            if name not in self._pushes:
-                raise KeyError(f"nothing was pushed as {name!r} (pushed: {sorted(self._pushes)})")
-            from ..api import pickrange, reshape
-            node = self._node
-            node._check()                   # a renewed graph: the usual error, not a new node
-            sh, size, o, N = self._pushes[name]
-            e = node if len(self._pushes) == 1 else pickrange(node, o, o + N * size)
-            e = self._e[name] = reshape(e, (N,) + sh)
-            self.run.read.add(name)
+        got = self._e.get(name)
+        if got is not None and _same_nodes(got[0].cg, got[1]):
+            return got[0]
+        if name not in self._pushes:
+            raise KeyError(f"nothing was pushed as {name!r} (pushed: {sorted(self._pushes)})")
+        from ..api import pickrange, reshape
+        node = self._node
+        node._check()                   # a renewed graph: the usual error, not a new node
+        sh, size, o, N = self._pushes[name]
+        g, n0 = node.cg, len(node.cg.ops)
+        e = node if len(self._pushes) == 1 else pickrange(node, o, o + N * size)
+        e = reshape(e, (N,) + sh)
+        # what the nodes were, to tell them from others that took their ids after a cg_revert
+        # that dropped them (read first between cg_checkpoint and cg_revert)
+        self._e[name] = (e, [(i, g.ops[i], g.args[i], g.attrs[i]) for i in range(n0, len(g.ops))])
+        self.run.read.add(name)
         return e
 
     def __contains__(self, name):
