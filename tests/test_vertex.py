@@ -491,3 +491,47 @@ def test_children_side_by_side_are_read_in_place(f64, extra):
         _close(got, want)
         _close(got, plain)
         assert side == (len(trees) == 3)
+
+
+def test_gradients_written_in_place(f64):
+    """vertex/inplace.py: each entry's gradient written into a block nothing wrote yet and
+    added to one that holds a value, in the pre phase (leaves) and per frontier, for a
+    matmul_add's stacked c too; same values and gradients as the lazy graph and the plain
+    path (TRACK off runs the ops' own backward)."""
+    from autobatch.vertex import inplace
+    H = 3
+    pc = dy.ParameterCollection()
+    U, W, E = pc.add_parameters((H, H)), pc.add_parameters((H, H)), pc.add_lookup_parameters((5, H))
+
+    @dy.vertex_function(max_children=2)
+    def f(v):
+        if v.is_leaf:
+            x = E[v.pull("w")]
+            c = U * x
+            a = dy.affine_transform([c, W, x])     # c only here: its gradient is assigned
+            q, p = dy.tanh(a), dy.logistic(a)      # backward: logistic assigns, tanh adds
+            h = dy.cmult(p, q)
+        else:
+            g = dy.cmult(v.gather(0), v.gather(1) + 1)
+            c = U * g
+            a = dy.affine_transform([c, W, g])
+            p, q = dy.logistic(a), dy.tanh(a)      # tanh assigns, logistic adds
+            h = dy.cmult(p, q) + dy.square(c)      # square assigns c's gradient, matmul_add adds
+        v.scatter(h)
+        v.push("y", dy.sum_elems(dy.cmult(h, h)))
+
+    rng = np.random.default_rng(11)
+    gs = [dy.InputGraph(_random_tree(rng, n)) for n in (1, 4, 6)]
+    w = [rng.integers(0, 5, g.n) for g in gs]
+    got = _run(pc, lambda: dy.sum_elems(f(gs, w=w)["y"]))
+    names = {f.last_run.traces[k].src[s][1].name for k, K in enumerate(f.last_run.kinds)
+             for s, i in K.t.instr.items() if i[-1] is not None}
+    assert {"tanh", "logistic", "cmult", "square", "matmul_add", "matmul_shared"} <= names <= set(inplace.TABLE)
+    want = _run(pc, lambda: dy.esum(f.unbatched(gs, w=w)["y"]))
+    engine.TRACK = False
+    try:
+        plain = _run(pc, lambda: dy.sum_elems(f(gs, w=w)["y"]))
+    finally:
+        engine.TRACK = True
+    _close(got, want)
+    _close(got, plain)
