@@ -291,6 +291,23 @@ def test_input_graph_levels_and_parents():
     assert dy.InputGraph.chain(4).level.tolist() == [0, 1, 2, 3]
 
 
+@pytest.mark.parametrize("kids, shared", [([[], [], [0, 1], [], [2, 3]], False), ([[], [0, 0], [1], [0, 2, 1]], True),
+                                          ([[]], False), ([[], [], []], False)])
+def test_input_graph_fast_path_equals_general_path(kids, shared):
+    """Plain ints listed children first take the one-pass path; numpy ints, and the same graph
+    with its vertices reversed (children after parents), take the checked general path."""
+    fast = dy.InputGraph(kids)
+    slow = dy.InputGraph([[np.int64(u) for u in c] for c in kids])
+    n = len(kids)
+    rev = dy.InputGraph([[n - 1 - u for u in kids[n - 1 - v]] for v in range(n)])
+    for g in (fast, slow, rev):
+        assert g.shared_children == shared and g.child.shape == (n, max([len(c) for c in kids] + [1]))
+    for a in ("child", "level", "arity"):
+        np.testing.assert_array_equal(getattr(slow, a), getattr(fast, a))
+    np.testing.assert_array_equal(rev.level[::-1], fast.level)
+    np.testing.assert_array_equal(rev.arity[::-1], fast.arity)
+
+
 @pytest.mark.parametrize("kids, msg", [
     ([[1], [0]], "cycle"),
     ([[1], [2], [0]], "cycle"),
