@@ -13,7 +13,8 @@ concat of children that lie side by side there is the state's rows (_side_by_sid
 
 Backward does not zero its (recycled) gradient arena: the first write to a gradient block
 assigns, later ones add (see _gput), and a frontier's gradient may stay the array an op
-returned (Trace.gfree). TRACK = False runs the plain paths, for tests.
+returned (Trace.gfree). The common ops' input gradients are written straight into their
+blocks (inplace.py: no temporaries, no copy). TRACK = False runs the plain paths, for tests.
 
 Lazy batching (§3.4): instructions that do not depend on a gather run once over all rows of
 the kind ("pre"), those that only feed pushes once at the end ("post"); only the gather→scatter
