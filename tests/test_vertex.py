@@ -291,6 +291,23 @@ def test_input_graph_levels_and_parents():
     assert dy.InputGraph.chain(4).level.tolist() == [0, 1, 2, 3]
 
 
+@pytest.mark.parametrize("kids, shared", [([[], [], [0, 1], [], [2, 3]], False), ([[], [0, 0], [1], [0, 2, 1]], True),
+                                          ([[]], False), ([[], [], []], False)])
+def test_input_graph_fast_path_equals_general_path(kids, shared):
+    """Plain ints listed children first take the one-pass path; numpy ints, and the same graph
+    with its vertices reversed (children after parents), take the checked general path."""
+    fast = dy.InputGraph(kids)
+    slow = dy.InputGraph([[np.int64(u) for u in c] for c in kids])
+    n = len(kids)
+    rev = dy.InputGraph([[n - 1 - u for u in kids[n - 1 - v]] for v in range(n)])
+    for g in (fast, slow, rev):
+        assert g.shared_children == shared and g.child.shape == (n, max([len(c) for c in kids] + [1]))
+    for a in ("child", "level", "arity"):
+        np.testing.assert_array_equal(getattr(slow, a), getattr(fast, a))
+    np.testing.assert_array_equal(rev.level[::-1], fast.level)
+    np.testing.assert_array_equal(rev.arity[::-1], fast.arity)
+
+
 @pytest.mark.parametrize("kids, msg", [
     ([[1], [0]], "cycle"),
     ([[1], [2], [0]], "cycle"),
@@ -491,3 +508,47 @@ def test_children_side_by_side_are_read_in_place(f64, extra):
         _close(got, want)
         _close(got, plain)
         assert side == (len(trees) == 3)
+
+
+def test_gradients_written_in_place(f64):
+    """vertex/inplace.py: each entry's gradient written into a block nothing wrote yet and
+    added to one that holds a value, in the pre phase (leaves) and per frontier, for a
+    matmul_add's stacked c too; same values and gradients as the lazy graph and the plain
+    path (TRACK off runs the ops' own backward)."""
+    from autobatch.vertex import inplace
+    H = 3
+    pc = dy.ParameterCollection()
+    U, W, E = pc.add_parameters((H, H)), pc.add_parameters((H, H)), pc.add_lookup_parameters((5, H))
+
+    @dy.vertex_function(max_children=2)
+    def f(v):
+        if v.is_leaf:
+            x = E[v.pull("w")]
+            c = U * x
+            a = dy.affine_transform([c, W, x])     # c only here: its gradient is assigned
+            q, p = dy.tanh(a), dy.logistic(a)      # backward: logistic assigns, tanh adds
+            h = dy.cmult(p, q)
+        else:
+            g = dy.cmult(v.gather(0), v.gather(1) + 1)
+            c = U * g
+            a = dy.affine_transform([c, W, g])
+            p, q = dy.logistic(a), dy.tanh(a)      # tanh assigns, logistic adds
+            h = dy.cmult(p, q) + dy.square(c)      # square assigns c's gradient, matmul_add adds
+        v.scatter(h)
+        v.push("y", dy.sum_elems(dy.cmult(h, h)))
+
+    rng = np.random.default_rng(11)
+    gs = [dy.InputGraph(_random_tree(rng, n)) for n in (1, 4, 6)]
+    w = [rng.integers(0, 5, g.n) for g in gs]
+    got = _run(pc, lambda: dy.sum_elems(f(gs, w=w)["y"]))
+    names = {f.last_run.traces[k].src[s][1].name for k, K in enumerate(f.last_run.kinds)
+             for s, i in K.t.instr.items() if i[-1] is not None}
+    assert {"tanh", "logistic", "cmult", "square", "matmul_add", "matmul_shared"} <= names <= set(inplace.TABLE)
+    want = _run(pc, lambda: dy.esum(f.unbatched(gs, w=w)["y"]))
+    engine.TRACK = False
+    try:
+        plain = _run(pc, lambda: dy.sum_elems(f(gs, w=w)["y"]))
+    finally:
+        engine.TRACK = True
+    _close(got, want)
+    _close(got, plain)
