@@ -245,6 +245,45 @@ def test_split_backward_equals_backward(name):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
+# ops that write input gradients in place (Op.grad_into): per-node input shapes, params
+_INTO = {
+    "tanh": [(3,)], "logistic": [(3,)], "square": [(3,)], "cmult": [(3,), (3,)],
+    **_SPLIT,
+}
+
+
+def test_every_grad_into_is_tested():
+    from autobatch.ops import OPS, Op
+    assert {n for n, op in OPS.items() if type(op).grad_into is not Op.grad_into} <= set(_INTO)
+    assert {n for n, op in OPS.items() if type(op).grad_into_inputs is not Op.grad_into_inputs} == set(_INTO)
+
+
+@pytest.mark.parametrize("name", sorted(_INTO))
+def test_grad_into_equals_backward(name):
+    """grad_into writes (add=False) and adds (add=True) what backward returns, for each
+    input grad_into_inputs names; the others are the shared ones (param_grads' part)."""
+    from autobatch.ops import OPS
+    op, rng = OPS[name], np.random.default_rng(3)
+    shapes = _INTO[name]
+    shared = op.shared_of(len(shapes))
+    into = op.grad_into_inputs(shapes, [j in shared for j in range(len(shapes))])
+    assert into == set(range(len(shapes))) - set(shared)
+    xs = [rng.normal(size=sh) if j in shared else rng.normal(size=(4,) + sh) for j, sh in enumerate(shapes)]
+    y = op.forward(np, xs, None, None)
+    gy = rng.normal(size=y.shape)
+    want = op.backward(np, xs, y, gy, None, None)
+    for j in into:
+        out = np.full_like(xs[j], np.nan)
+        op.grad_into(np, xs, y, gy, None, j, out, False)
+        np.testing.assert_allclose(out, want[j], rtol=1e-12)
+        base = rng.normal(size=xs[j].shape)
+        out = base.copy()
+        op.grad_into(np, xs, y, gy, None, j, out, True)
+        np.testing.assert_allclose(out, base + want[j], rtol=1e-12)
+    # a parameter among the stacked inputs (or a matrix x): backward's path, not grad_into's
+    assert op.grad_into_inputs(shapes, [True] * len(shapes)) is None
+
+
 @pytest.mark.parametrize("opt", ["fuse", "lazygrad", "track"])
 def test_optimisations_do_not_change_results(f64, opt):
     m = TreeLSTM()
@@ -511,11 +550,10 @@ def test_children_side_by_side_are_read_in_place(f64, extra):
 
 
 def test_gradients_written_in_place(f64):
-    """vertex/inplace.py: each entry's gradient written into a block nothing wrote yet and
+    """Op.grad_into: each op's input gradient written into a block nothing wrote yet and
     added to one that holds a value, in the pre phase (leaves) and per frontier, for a
     matmul_add's stacked c too; same values and gradients as the lazy graph and the plain
     path (TRACK off runs the ops' own backward)."""
-    from autobatch.vertex import inplace
     H = 3
     pc = dy.ParameterCollection()
     U, W, E = pc.add_parameters((H, H)), pc.add_parameters((H, H)), pc.add_lookup_parameters((5, H))
@@ -543,7 +581,7 @@ def test_gradients_written_in_place(f64):
     got = _run(pc, lambda: dy.sum_elems(f(gs, w=w)["y"]))
     names = {f.last_run.traces[k].src[s][1].name for k, K in enumerate(f.last_run.kinds)
              for s, i in K.t.instr.items() if i[-1] is not None}
-    assert {"tanh", "logistic", "cmult", "square", "matmul_add", "matmul_shared"} <= names <= set(inplace.TABLE)
+    assert {"tanh", "logistic", "cmult", "square", "matmul_add", "matmul_shared"} <= names
     want = _run(pc, lambda: dy.esum(f.unbatched(gs, w=w)["y"]))
     engine.TRACK = False
     try:

@@ -200,6 +200,23 @@ class Op:
         rows of xs and gy, which may be many batches stacked."""
         raise NotImplementedError
 
+    def grad_into_inputs(self, shapes: Sequence[tuple], is_param: Sequence[bool]):
+        """The inputs j whose gradients grad_into writes in place, for inputs of these
+        per-vertex shapes (is_param[j]: input j is a parameter), as a set; None where it does
+        not apply (the default). The other inputs' gradients then come from param_grads."""
+        return None
+
+    def grad_into(self, xp, xs: list, y, gy, attr: Any, j: int, out, add: bool) -> None:
+        """The gradient of input j written into ``out`` (its block of the vertex engine's
+        gradient memory; add: add to what is there), without temporaries where the formula
+        allows: backward() would return a fresh array that the engine then copies."""
+        raise NotImplementedError
+
+
+def stacked_inputs(shapes, is_param):
+    """grad_into_inputs of an elementwise op: every input, where none is a parameter."""
+    return None if any(is_param) else set(range(len(shapes)))
+
 
 class ShapeError(ValueError):
     """Raised by shape rules; the graph adds the op, shapes and user line."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Op, ShapeError, register
+from .base import Op, ShapeError, register, stacked_inputs
 
 
 class _Into(Op):
@@ -54,6 +54,16 @@ class Tanh(Unary):
     def backward(self, xp, xs, y, gy, attr, data):
         return [gy * (1 - y * y)]
 
+    grad_into_inputs = staticmethod(stacked_inputs)
+
+    def grad_into(self, xp, xs, y, gy, attr, j, out, add):
+        if add:
+            out += gy * (1 - y * y)
+            return
+        xp.multiply(y, y, out=out)
+        xp.subtract(1, out, out=out)
+        out *= gy
+
 
 @register
 class Logistic(Unary):
@@ -71,6 +81,16 @@ class Logistic(Unary):
 
     def backward(self, xp, xs, y, gy, attr, data):
         return [gy * y * (1 - y)]
+
+    grad_into_inputs = staticmethod(stacked_inputs)
+
+    def grad_into(self, xp, xs, y, gy, attr, j, out, add):
+        if add:
+            out += gy * y * (1 - y)
+            return
+        xp.subtract(1, y, out=out)
+        out *= y
+        out *= gy
 
 
 @register
@@ -147,6 +167,15 @@ class Square(Unary):
 
     def backward(self, xp, xs, y, gy, attr, data):
         return [2 * gy * xs[0]]
+
+    grad_into_inputs = staticmethod(stacked_inputs)
+
+    def grad_into(self, xp, xs, y, gy, attr, j, out, add):
+        if add:
+            out += 2 * gy * xs[0]
+            return
+        xp.multiply(gy, xs[0], out=out)
+        out *= 2
 
 
 @register
@@ -241,6 +270,15 @@ class CMult(NAry):
 
     def backward(self, xp, xs, y, gy, attr, data):
         return [gy * xs[1], gy * xs[0]]
+
+    def grad_into_inputs(self, shapes, is_param):
+        return stacked_inputs(shapes, is_param) if len(shapes) == 2 else None
+
+    def grad_into(self, xp, xs, y, gy, attr, j, out, add):
+        if add:
+            out += gy * xs[1 - j]
+        else:
+            xp.multiply(gy, xs[1 - j], out=out)
 
 
 @register

@@ -44,6 +44,27 @@ def _wx_backward(xp, w, x, gy):
     return gw, xp.matmul(w.T, gy)
 
 
+def _vector_inputs(shapes, is_param, js):
+    """grad_into_inputs of the products: inputs js (the x's, a computed c) where they are
+    stacked vectors, one GEMM per product as param_grads assumes."""
+    js = set(js)
+    return js if all(len(shapes[j]) == 1 and not is_param[j] for j in js) else None
+
+
+def _product_grad_into(xp, xs, gy, j, out, add):
+    """grad_into of the products: x_j's gradient gy·W_j (W_j = xs[j-1]); j = 0 is
+    matmul_add's c, whose gradient is gy."""
+    if j == 0:
+        if add:
+            out += gy
+        else:
+            out[...] = gy
+    elif add:
+        out += gy @ xs[j - 1]
+    else:
+        xp.matmul(gy, xs[j - 1], out=out)
+
+
 @register
 class MatMulShared(Op):
     """W·x where W is one node for the whole batch (a parameter)."""
@@ -68,6 +89,12 @@ class MatMulShared(Op):
 
     def param_grads(self, xp, xs, gy, attr, needs):
         return [gy.T @ xs[1] if needs[0] else None, None]
+
+    def grad_into_inputs(self, shapes, is_param):
+        return _vector_inputs(shapes, is_param, (1,))
+
+    def grad_into(self, xp, xs, y, gy, attr, j, out, add):
+        _product_grad_into(xp, xs, gy, j, out, add)
 
 
 @register
@@ -157,6 +184,12 @@ class Affine(Op):
             out += [gy.T @ xs[k + 1] if needs[k] else None, None]
         return out
 
+    def grad_into_inputs(self, shapes, is_param):          # [b, W1, x1, W2, x2, ...]
+        return _vector_inputs(shapes, is_param, range(2, len(shapes), 2))
+
+    def grad_into(self, xp, xs, y, gy, attr, j, out, add):
+        _product_grad_into(xp, xs, gy, j, out, add)
+
 
 @register
 class MatMulAdd(type(Affine)):        # (register keeps instances under the class names)
@@ -183,6 +216,9 @@ class MatMulAdd(type(Affine)):        # (register keeps instances under the clas
         grads = super().param_grads(xp, xs, gy, attr, needs)
         grads[0] = None
         return grads
+
+    def grad_into_inputs(self, shapes, is_param):          # [c, W1, x1, ...]
+        return _vector_inputs(shapes, is_param, range(0, len(shapes), 2))
 
 
 @register

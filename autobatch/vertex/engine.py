@@ -14,7 +14,7 @@ concat of children that lie side by side there is the state's rows (_side_by_sid
 Backward does not zero its (recycled) gradient arena: the first write to a gradient block
 assigns, later ones add (see _gput), and a frontier's gradient may stay the array an op
 returned (Trace.gfree). The common ops' input gradients are written straight into their
-blocks (inplace.py: no temporaries, no copy). TRACK = False runs the plain paths, for tests.
+blocks (Op.grad_into: no temporaries, no copy). TRACK = False runs the plain paths, for tests.
 
 Lazy batching (§3.4): instructions that do not depend on a gather run once over all rows of
 the kind ("pre"), those that only feed pushes once at the end ("post"); only the gather→scatter
@@ -26,7 +26,7 @@ import numpy as np
 
 from ..ops import ProductGrad, RowGrad
 from .trace import CONST, IDS, SEED
-from . import fuse, inplace, lazygrad
+from . import fuse, lazygrad
 
 
 class _Kind:
@@ -80,7 +80,7 @@ def _take_into(xp, src, idx, out):
 
 def _instructions(t):
     """Per op symbol of trace t: (op, args, attr, [(arg, its Parameter or None, stacked)],
-    needs, shared, inplace entry or None), kept on the trace: the engine runs each instruction
+    needs, shared, grad_into plan or None), kept on the trace: the engine runs each instruction
     once per frontier, and looking these up each time was a good part of its Python time."""
     p = getattr(t, "instr", None)
     if p is None:
@@ -91,10 +91,11 @@ def _instructions(t):
             op, args = src[1], src[2]
             shared = op.shared_of(len(args))
             spec = tuple((a, t.src[a][1] if t.is_param[a] else None, j not in shared) for j, a in enumerate(args))
-            ent = inplace.entry(op, [t.shapes[a] for a in args], [t.is_param[a] for a in args])
-            if ent is not None:             # (entry, [(j, arg) it writes], whether parameters need gradients)
-                ent = (ent, [(j, a) for j, a in enumerate(args) if t.need[a] and ent.covers(j)],
-                       ent.splits and any(t.need[a] for j, a in enumerate(args) if not ent.covers(j)))
+            into = op.grad_into_inputs([t.shapes[a] for a in args], [t.is_param[a] for a in args])
+            ent = None
+            if into is not None:            # ([(j, arg) grad_into writes], whether the others need param_grads)
+                ent = ([(j, a) for j, a in enumerate(args) if t.need[a] and j in into],
+                       any(t.need[a] for j, a in enumerate(args) if j not in into))
             p[s] = (op, args, src[3], spec, [t.need[a] for a in args], shared, ent)
     return p
 
@@ -401,11 +402,11 @@ class Run:
         self._take_grads(K, args, shared, grads, r0, r1, pg, whole)
 
     def _back_into(self, K, s, ent, xs, gy, r0, r1, pg, defer, whole):
-        """_back through an inplace.py entry: each input's gradient written into its block
+        """_back through op.grad_into: each input's gradient written into its block
         where nothing wrote that block yet (else added), no temporaries and no copy."""
         op, args, attr, _, needs, shared, _ = K.t.instr[s]
         xp = self.xp
-        ent, writes, pneed = ent
+        writes, pneed = ent
         if pneed:
             if defer:
                 K.deferred.append((s, r0, r1))
@@ -420,10 +421,10 @@ class Run:
             slot = None if fresh else self._gslot(K, a, r0, r1, whole)
             if slot is None:
                 g = xp.empty((r1 - r0,) + K.t.shapes[a], dtype=self.dtype)
-                ent.grad(xp, xs, y, gy, attr, j, g, False)
+                op.grad_into(xp, xs, y, gy, attr, j, g, False)
                 self._gput(K, a, r0, r1, g, whole)
             else:
-                ent.grad(xp, xs, y, gy, attr, j, slot[0], slot[1])
+                op.grad_into(xp, xs, y, gy, attr, j, slot[0], slot[1])
 
     def _gslot(self, K, a, r0, r1, whole):
         """(a's gradient block, whether to add to it) for a writer that writes it in place, the
