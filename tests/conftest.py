@@ -60,3 +60,18 @@ def _fresh_state():
 def to_np(a):
     """Host copy of a NumPy or CuPy array."""
     return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
+@pytest.fixture
+def poisoned(monkeypatch):
+    """Vertex-function arenas come back full of NaN: a fresh one is often zeroed by the OS,
+    which would hide a gradient block read before anything wrote it (the vertex engine's
+    backward does not zero its arena)."""
+    from autobatch.vertex.function import VertexFunction
+    arena = VertexFunction._arena
+
+    def nan_arena(self, xp, dtype, n):
+        a = arena(self, xp, dtype, n)
+        a[...] = np.nan
+        return a
+    monkeypatch.setattr(VertexFunction, "_arena", nan_arena)

@@ -2,13 +2,11 @@
 and random vertex functions, the vertex engine gives the values and gradients of running F
 vertex by vertex in the lazy graph (VertexFunction.unbatched)."""
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import autobatch as dy
 from autobatch.vertex import engine
-from autobatch.vertex.function import VertexFunction
 
 H = 3
 UNARY = [dy.tanh, dy.logistic, dy.square, lambda x: x * 0.5 - 1]
@@ -76,19 +74,6 @@ def make_fn(pc, max_children, prog, branch, two_slots):
         v.push("h", h)
 
     return f
-
-
-@pytest.fixture
-def poisoned(monkeypatch):
-    """Arenas come back full of NaN: a fresh one is often zeroed by the OS, which would hide
-    a gradient block read before anything wrote it (backward does not zero its arena)."""
-    arena = VertexFunction._arena
-
-    def nan_arena(self, xp, dtype, n):
-        a = arena(self, xp, dtype, n)
-        a[...] = np.nan
-        return a
-    monkeypatch.setattr(VertexFunction, "_arena", nan_arena)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

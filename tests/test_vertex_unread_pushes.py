@@ -10,20 +10,8 @@ import pytest
 
 import autobatch as dy
 from autobatch.vertex import engine
-from autobatch.vertex.function import VertexFunction
 
 H = 3
-
-
-@pytest.fixture
-def poisoned(monkeypatch):
-    arena = VertexFunction._arena
-
-    def nan_arena(self, xp, dtype, n):
-        a = arena(self, xp, dtype, n)
-        a[...] = np.nan
-        return a
-    monkeypatch.setattr(VertexFunction, "_arena", nan_arena)
 
 
 def _model(x_in_leaf_push):
