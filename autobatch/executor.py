@@ -507,7 +507,7 @@ class Executor:
         elif kind == "flat" and where is not None:
             if self.g.stats.view_nodes:          # blocks of sizes that differ: check on the host
                 g = self.g
-                unique = self._disjoint([self.offs[a] for a in srcs], [g.sizes[a] for a in srcs])
+                unique = self._disjoint([self.offs[a] for a in srcs], [g.sizes[a] for a in srcs], srcs)
             else:
                 unique = len(set(srcs)) == len(srcs)
             self.be.scatter_add(gbuf, where, 1, gr, unique)
@@ -530,7 +530,7 @@ class Executor:
                     o = self.offs[a]
                     gbuf[o:o + s] += piece
 
-    def _disjoint(self, offsets, size, srcs=None):
+    def _disjoint(self, offsets, size, srcs):
         """No two of these blocks (of `size` elements, or of sizes[k]) share an element: a
         buffered add is then exact. Blocks of distinct nodes never overlap in the arena, but
         views (op.view) may alias each other: two slices of one block, or a concatenation

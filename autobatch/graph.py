@@ -393,7 +393,7 @@ class ComputationGraph:
         e = self.add1(op, a, index, True)
         r = self._fast.get((op, a))
         if r is not None:
-            self._flk[p] = r[:4] + (a, self.shapes[a][0])
+            self._flk[p] = r + (self.shapes[a][0],)     # r ends with a: the key's tail
         return e
 
     def pid(self, p, update: bool = True) -> int:

@@ -584,11 +584,8 @@ class Run:
         for K in kinds:
             t = K.t
             for s in self._merged(K.deferred):
-                src = t.src[s]
-                op, args = src[1], src[2]
-                shared = op.shared_of(len(args))
-                xs_ = [self._x(K, a, j not in shared, 0, K.n) for j, a in enumerate(args)]
-                grads = op.param_grads(xp, xs_, K.g[s], src[3], [t.need[a] for a in args])
+                op, args, attr, spec, needs, shared, _ = t.instr[s]
+                grads = op.param_grads(xp, self._xs(K, spec, 0, K.n), K.g[s], attr, needs)
                 self._take_grads(K, args, shared, grads, 0, K.n, pg, True)
             sl = _progression(K.rows.pos)   # the kind's state rows as a slice: no gather
             for j, s in enumerate(t.scatter):
