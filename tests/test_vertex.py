@@ -260,8 +260,8 @@ def test_every_grad_into_is_tested():
 
 @pytest.mark.parametrize("name", sorted(_INTO))
 def test_grad_into_equals_backward(name):
-    """grad_into writes (add=False) and adds (add=True) what backward returns, for each
-    input grad_into_inputs names; the others are the shared ones (param_grads' part)."""
+    """grad_into writes what backward returns, for each input grad_into_inputs names; the
+    others are the shared ones (param_grads' part)."""
     from autobatch.ops import OPS
     op, rng = OPS[name], np.random.default_rng(3)
     shapes = _INTO[name]
@@ -274,12 +274,8 @@ def test_grad_into_equals_backward(name):
     want = op.backward(np, xs, y, gy, None, None)
     for j in into:
         out = np.full_like(xs[j], np.nan)
-        op.grad_into(np, xs, y, gy, None, j, out, False)
+        op.grad_into(np, xs, y, gy, None, j, out)
         np.testing.assert_allclose(out, want[j], rtol=1e-12)
-        base = rng.normal(size=xs[j].shape)
-        out = base.copy()
-        op.grad_into(np, xs, y, gy, None, j, out, True)
-        np.testing.assert_allclose(out, base + want[j], rtol=1e-12)
     # a parameter among the stacked inputs (or a matrix x): backward's path, not grad_into's
     assert op.grad_into_inputs(shapes, [True] * len(shapes)) is None
 

@@ -206,10 +206,10 @@ class Op:
         not apply (the default). The other inputs' gradients then come from param_grads."""
         return None
 
-    def grad_into(self, xp, xs: list, y, gy, attr: Any, j: int, out, add: bool) -> None:
+    def grad_into(self, xp, xs: list, y, gy, attr: Any, j: int, out) -> None:
         """The gradient of input j written into ``out`` (its block of the vertex engine's
-        gradient memory; add: add to what is there), without temporaries where the formula
-        allows: backward() would return a fresh array that the engine then copies."""
+        gradient memory, or a scratch block the engine then adds there), without temporaries
+        where the formula allows: backward() would return a fresh array for the engine to copy."""
         raise NotImplementedError
 
 

@@ -56,10 +56,7 @@ class Tanh(Unary):
 
     grad_into_inputs = staticmethod(stacked_inputs)
 
-    def grad_into(self, xp, xs, y, gy, attr, j, out, add):
-        if add:
-            out += gy * (1 - y * y)
-            return
+    def grad_into(self, xp, xs, y, gy, attr, j, out):
         xp.multiply(y, y, out=out)
         xp.subtract(1, out, out=out)
         out *= gy
@@ -84,10 +81,7 @@ class Logistic(Unary):
 
     grad_into_inputs = staticmethod(stacked_inputs)
 
-    def grad_into(self, xp, xs, y, gy, attr, j, out, add):
-        if add:
-            out += gy * y * (1 - y)
-            return
+    def grad_into(self, xp, xs, y, gy, attr, j, out):
         xp.subtract(1, y, out=out)
         out *= y
         out *= gy
@@ -170,10 +164,7 @@ class Square(Unary):
 
     grad_into_inputs = staticmethod(stacked_inputs)
 
-    def grad_into(self, xp, xs, y, gy, attr, j, out, add):
-        if add:
-            out += 2 * gy * xs[0]
-            return
+    def grad_into(self, xp, xs, y, gy, attr, j, out):
         xp.multiply(gy, xs[0], out=out)
         out *= 2
 
@@ -274,11 +265,8 @@ class CMult(NAry):
     def grad_into_inputs(self, shapes, is_param):
         return stacked_inputs(shapes, is_param) if len(shapes) == 2 else None
 
-    def grad_into(self, xp, xs, y, gy, attr, j, out, add):
-        if add:
-            out += gy * xs[1 - j]
-        else:
-            xp.multiply(gy, xs[1 - j], out=out)
+    def grad_into(self, xp, xs, y, gy, attr, j, out):
+        xp.multiply(gy, xs[1 - j], out=out)
 
 
 @register

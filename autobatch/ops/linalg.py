@@ -51,16 +51,11 @@ def _vector_inputs(shapes, is_param, js):
     return js if all(len(shapes[j]) == 1 and not is_param[j] for j in js) else None
 
 
-def _product_grad_into(xp, xs, gy, j, out, add):
+def _product_grad_into(xp, xs, gy, j, out):
     """grad_into of the products: x_j's gradient gy·W_j (W_j = xs[j-1]); j = 0 is
     matmul_add's c, whose gradient is gy."""
     if j == 0:
-        if add:
-            out += gy
-        else:
-            out[...] = gy
-    elif add:
-        out += gy @ xs[j - 1]
+        out[...] = gy
     else:
         xp.matmul(gy, xs[j - 1], out=out)
 
@@ -93,8 +88,8 @@ class MatMulShared(Op):
     def grad_into_inputs(self, shapes, is_param):
         return _vector_inputs(shapes, is_param, (1,))
 
-    def grad_into(self, xp, xs, y, gy, attr, j, out, add):
-        _product_grad_into(xp, xs, gy, j, out, add)
+    def grad_into(self, xp, xs, y, gy, attr, j, out):
+        _product_grad_into(xp, xs, gy, j, out)
 
 
 @register
@@ -187,8 +182,8 @@ class Affine(Op):
     def grad_into_inputs(self, shapes, is_param):          # [b, W1, x1, W2, x2, ...]
         return _vector_inputs(shapes, is_param, range(2, len(shapes), 2))
 
-    def grad_into(self, xp, xs, y, gy, attr, j, out, add):
-        _product_grad_into(xp, xs, gy, j, out, add)
+    def grad_into(self, xp, xs, y, gy, attr, j, out):
+        _product_grad_into(xp, xs, gy, j, out)
 
 
 @register

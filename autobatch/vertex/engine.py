@@ -421,10 +421,16 @@ class Run:
             slot = None if fresh else self._gslot(K, a, r0, r1, whole)
             if slot is None:
                 g = xp.empty((r1 - r0,) + K.t.shapes[a], dtype=self.dtype)
-                op.grad_into(xp, xs, y, gy, attr, j, g, False)
+                op.grad_into(xp, xs, y, gy, attr, j, g)
                 self._gput(K, a, r0, r1, g, whole)
             else:
-                op.grad_into(xp, xs, y, gy, attr, j, slot[0], slot[1])
+                dst, add = slot
+                if add:                     # the block holds a value: add a scratch block
+                    g = xp.empty_like(dst)
+                    op.grad_into(xp, xs, y, gy, attr, j, g)
+                    dst += g
+                else:
+                    op.grad_into(xp, xs, y, gy, attr, j, dst)
 
     def _gslot(self, K, a, r0, r1, whole):
         """(a's gradient block, whether to add to it) for a writer that writes it in place, the
