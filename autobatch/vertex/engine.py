@@ -438,20 +438,8 @@ class Run:
         a concat some of whose parts hold values)."""
         if not whole and a in K.ov:
             return None
-        dst = K.g[a][r0:r1]
-        parts = K.t.gparts.get(a)
-        if parts is None:
-            if self._has(K, a, whole):
-                return dst, True
-            (K.full if whole else K.blk).add(a)
-            return dst, False
-        have = [self._has(K, p, whole) for p, _, _ in parts]
-        if all(have):
-            return dst, True
-        if any(have):
-            return None
-        (K.full if whole else K.blk).update(p for p, _, _ in parts)
-        return dst, False
+        add = self._claim(K, a, whole)
+        return None if add is None else (K.g[a][r0:r1], add)
 
     # Gradient writes. The gradient arena is recycled and not zeroed (that memset cost as much
     # as an elementwise op's backward): the first write to a block assigns, later ones add,
@@ -460,6 +448,24 @@ class Run:
     @staticmethod
     def _has(K, p, whole):
         return p in K.gz or p in K.full or (not whole and p in K.blk)
+
+    def _claim(self, K, a, whole):
+        """A write to a's block is coming: True where it must add (the block holds a value),
+        False where it assigns (the block is marked written now), None where a concat's parts
+        are mixed (each part must be written on its own)."""
+        parts = K.t.gparts.get(a)
+        if parts is None:
+            if self._has(K, a, whole):
+                return True
+            (K.full if whole else K.blk).add(a)
+            return False
+        have = [self._has(K, p, whole) for p, _, _ in parts]
+        if all(have):
+            return True
+        if any(have):
+            return None
+        (K.full if whole else K.blk).update(p for p, _, _ in parts)
+        return False
 
     def _gput(self, K, a, r0, r1, gr, whole):
         """K.g[a][r0:r1] += gr, a block nothing wrote yet assigned instead."""
@@ -473,23 +479,14 @@ class Run:
                 K.ov[a] = K.ov[a] + gr
                 return
         dst = K.g[a][r0:r1]
-        parts = K.t.gparts.get(a)
-        if parts is None:
-            if self._has(K, a, whole):
-                dst += gr
-            else:
-                dst[...] = gr
-                (K.full if whole else K.blk).add(a)
-            return
-        have = [self._has(K, p, whole) for p, _, _ in parts]
-        if all(have):
+        add = self._claim(K, a, whole)
+        if add:
             dst += gr
-        elif not any(have):
+        elif add is not None:
             dst[...] = gr
-            (K.full if whole else K.blk).update(p for p, _, _ in parts)
         else:                               # the concat's parts one by one
             g2 = self.xp.broadcast_to(gr, dst.shape).reshape(dst.shape[0], -1)
-            for p, c0, c1 in parts:
+            for p, c0, c1 in K.t.gparts[a]:
                 self._gput(K, p, r0, r1, g2[:, c0:c1].reshape(K.g[p][r0:r1].shape), whole)
 
     def _grad(self, K, s, r0, r1, whole):
@@ -503,9 +500,8 @@ class Run:
     def _gready(self, K, s, r0, r1, whole):
         """K.g[s][r0:r1] is about to be read: zero the parts of it nothing wrote."""
         for p, _, _ in K.t.gparts.get(s, ((s, 0, 0),)):
-            if not self._has(K, p, whole):
+            if self._claim(K, p, whole) is False:       # (a concat's parts are no concats)
                 K.g[p][r0:r1] = 0
-                (K.full if whole else K.blk).add(p)
 
     def _take_grads(self, K, args, shared, grads, r0, r1, pg, whole):
         t = K.t
