@@ -80,9 +80,6 @@ class Executor:
         memory.give(self.gbuf)
         self.buf = self.gbuf = None
         self.g = None
-        forget = getattr(self.be, "forget_offsets", None)
-        if forget is not None:
-            forget()
 
     def invalidate(self):
         """Forget every computed value (the arena is reused from its start): batches mix
@@ -236,7 +233,8 @@ class Executor:
             st.copies_skipped += 1
             return self._rows(self.buf, o0, B, size, step).reshape((B,) + shape), ("strided", srcs, (o0, step))
         st.copies_done += 1
-        return self.be.gather(self.buf, o, size).reshape((B,) + shape), ("gather", srcs, o)
+        x, index = self.be.gather(self.buf, o, size)     # index: for backward's scatter_add
+        return x.reshape((B,) + shape), ("gather", srcs, index)
 
     def _run(self, ids):
         g = self.g
@@ -500,14 +498,13 @@ class Executor:
             self._rows(gbuf, where[0], B, gr.size // B, where[1])[...] += gr.reshape(B, -1)
         elif kind == "gather":
             size = gr.size // len(srcs)
-            self.be.scatter_add(gbuf, where, size, gr, self._disjoint(where, size, srcs))
+            self.be.scatter_add(gbuf, where, size, gr, self._disjoint(srcs, size))
         elif kind == "bcast":
             a = srcs[0]
             self._add_shared(gbuf, a, gr.sum(axis=0))
         elif kind == "flat" and where is not None:
             if self.g.stats.view_nodes:          # blocks of sizes that differ: check on the host
-                g = self.g
-                unique = self._disjoint([self.offs[a] for a in srcs], [g.sizes[a] for a in srcs], srcs)
+                unique = self._disjoint(srcs, list(map(self.g.sizes.__getitem__, srcs)))
             else:
                 unique = len(set(srcs)) == len(srcs)
             self.be.scatter_add(gbuf, where, 1, gr, unique)
@@ -530,23 +527,23 @@ class Executor:
                     o = self.offs[a]
                     gbuf[o:o + s] += piece
 
-    def _disjoint(self, offsets, size, srcs):
-        """No two of these blocks (of `size` elements, or of sizes[k]) share an element: a
-        buffered add is then exact. Blocks of distinct nodes never overlap in the arena, but
-        views (op.view) may alias each other: two slices of one block, or a concatenation
-        and one of its pieces. srcs: the blocks' nodes (with an int size); offsets are
-        sorted only when one of them is a view."""
+    def _disjoint(self, srcs, size):
+        """No two of the nodes srcs' blocks (of `size` elements, or of sizes[k]) share an
+        element: a buffered add is then exact. Blocks of distinct nodes never overlap in the
+        arena, but views (op.view) may alias each other: two slices of one block, or a
+        concatenation and one of its pieces. With an int size, offsets are looked up and
+        sorted only when one of the nodes is a view."""
         if type(size) is int:
-            if len(offsets) < 2:
+            if len(srcs) < 2:
                 return True
             nodes = set(srcs)
             if len(nodes) < len(srcs):         # a node twice: its block twice
                 return False
             if not self.viewed or self.viewed.isdisjoint(nodes):    # the smaller set is walked
                 return True
-            o = sorted(offsets)
+            o = sorted(map(self.offs.__getitem__, srcs))
             return min(map(sub, o[1:], o)) >= size      # the gaps at C speed
-        blocks = sorted(zip(offsets, size))
+        blocks = sorted(zip(map(self.offs.__getitem__, srcs), size))
         return all(a + n <= b for (a, n), (b, _) in zip(blocks, blocks[1:]))
 
     def _non_finite_message(self, i):

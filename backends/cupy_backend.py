@@ -3,15 +3,13 @@ executor's copies between scattered arena blocks and contiguous batch blocks are
 hand-written CUDA kernels, one launch per batch whatever the number of nodes.
 
 Nothing here synchronises with the host: offsets are uploaded with one asynchronous
-host→device copy per batch (CuPy stages through pinned memory) and cached by list
-identity, so backward reuses the device copy that forward made. Memory comes from
+host→device copy per batch (CuPy stages through pinned memory); gather hands the device
+copy back, and backward's scatter_add of the same blocks takes it instead of uploading again. Memory comes from
 CuPy's default pool; ``peak_bytes()`` reports its high-water mark for the bench.
 
 Importing this module never imports CuPy; constructing ``CupyBackend`` does, and
 raises one RuntimeError saying what to install when CuPy or a CUDA device is missing."""
 from __future__ import annotations
-
-from collections import OrderedDict
 
 import numpy as np
 
@@ -76,7 +74,6 @@ class CupyBackend:
     name = "cupy"
     THREADS = 256
     MAX_BLOCKS = 65535
-    OFFSET_CACHE = 4096      # device offset arrays kept, keyed by the host list's identity
 
     def __init__(self):
         cp = _import_cupy()
@@ -84,7 +81,6 @@ class CupyBackend:
         self.pool = cp.get_default_memory_pool()
         self._kernels: dict = {}
         self._ar: dict = {}
-        self._offs: OrderedDict = OrderedDict()
         self._peak = 0
 
     # --- kernels --------------------------------------------------------------
@@ -110,23 +106,12 @@ class CupyBackend:
             self._peak = used
 
     def _device_offsets(self, offsets):
-        """int64 device array of offsets: device arrays pass through; a host list is
-        uploaded once and cached by identity (the executor keeps the same list from
-        forward's gather to backward's scatter, and the cache holds it alive, so the
-        id cannot be reused while cached)."""
+        """int64 device array of offsets: device arrays (an index from gather or
+        ragged_index) pass through; host offsets are uploaded."""
         cp = self.xp
         if isinstance(offsets, cp.ndarray):
             return offsets if offsets.dtype == cp.int64 else offsets.astype(cp.int64)
-        hit = self._offs.get(id(offsets))
-        if hit is not None and hit[0] is offsets:
-            self._offs.move_to_end(id(offsets))
-            return hit[1]
-        dev = cp.asarray(np.asarray(offsets, dtype=np.int64))
-        if isinstance(offsets, list):
-            self._offs[id(offsets)] = (offsets, dev)
-            if len(self._offs) > self.OFFSET_CACHE:
-                self._offs.popitem(last=False)
-        return dev
+        return cp.asarray(np.asarray(offsets, dtype=np.int64))
 
     def _flat(self, a):
         """A contiguous 1-D view of an arena (the kernels address it flat)."""
@@ -154,17 +139,20 @@ class CupyBackend:
         return self.xp.asarray(np.repeat(o - starts, s) + np.arange(int(s.sum()), dtype=np.int64))
 
     def gather(self, buf, offsets, size: int):
-        """Copy B scattered blocks of `size` elements into one contiguous (B, size) array."""
+        """Copy B scattered blocks of `size` elements into one contiguous (B, size) array;
+        returns it and the blocks' index (the uploaded offsets), for a scatter_add to the
+        same blocks (backward's, which then uploads nothing)."""
         cp = self.xp
         offs = self._device_offsets(offsets)
         out = cp.empty((offs.shape[0], size), dtype=buf.dtype)
         self._launch("ab_gather", self._flat(buf), offs, out, size, 1)
-        return out
+        return out, offs
 
-    def scatter_add(self, buf, offsets, size: int, vals, unique: bool):
-        """buf[block k] += vals[k] for B blocks; atomics unless `unique` says no block repeats."""
+    def scatter_add(self, buf, index, size: int, vals, unique: bool):
+        """buf[block k] += vals[k] for B blocks, index from gather (or ragged_index, with
+        size 1); atomics unless `unique` says no block repeats."""
         cp = self.xp
-        offs = self._device_offsets(offsets)
+        offs = self._device_offsets(index)
         vals = cp.ascontiguousarray(vals, dtype=buf.dtype)
         kind = "ab_scatter_add_unique" if unique else "ab_scatter_add"
         self._launch(kind, self._flat(buf), offs, vals, size, 1)

@@ -5,8 +5,6 @@ so that they are) are moved as whole rows of a (len/size, size) view: the index 
 B row numbers instead of B·size element numbers, and take copies rows with memcpy."""
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import numpy as np
 
 
@@ -14,11 +12,8 @@ class NumpyBackend:
     name = "numpy"
     xp = np
 
-    OFFSET_CACHE = 2048      # index arrays kept, keyed by the offsets list's identity
-
     def __init__(self):
         self._ar = {}
-        self._idx: OrderedDict = OrderedDict()
 
     def arange(self, n: int):
         a = self._ar.get(n)
@@ -37,44 +32,34 @@ class NumpyBackend:
         s = np.asarray(sizes, dtype=np.intp)
         return np.repeat(o - (np.cumsum(s) - s), s) + np.arange(int(s.sum()), dtype=np.intp)
 
-    def _index(self, buf, offsets, size):
-        """(view of buf, index into it) addressing the blocks: row numbers of a (len/size, size)
-        view when every offset is a multiple of size, else (B, size) element numbers. A list's
-        index is cached by identity (the executor keeps forward's gather list for backward's
-        scatter, and the cache holds it alive, so its id cannot be reused while cached): the
-        scatter then skips the conversion and the alignment test."""
-        hit = self._idx.get(id(offsets)) if type(offsets) is list else None
-        if hit is not None and hit[0] is offsets and hit[1] == size:
-            rows, idx = hit[2], hit[3]
-        else:
-            o = np.asarray(offsets, dtype=np.intp)
-            q, r = np.divmod(o, size)            # one ufunc call: 2 us less than % then //
-            rows = size > 1 and not r.any()
-            idx = q if rows else o               # element numbers are not kept: B·size of them
-            if type(offsets) is list:
-                self._idx[id(offsets)] = (offsets, size, rows, idx)
-                if len(self._idx) > self.OFFSET_CACHE:
-                    self._idx.popitem(last=False)
-        if rows:
-            n = buf.shape[0] // size
-            return buf[:n * size].reshape(n, size), idx    # a view (np's as_strided costs 7 us)
-        return buf, idx[:, None] + self.arange(size)
+    def _blocks(self, offsets, size):
+        """The blocks' index, which gather hands back for scatter_add: row numbers (B,) of a
+        (len/size, size) view when every offset is a multiple of size, else the blocks' first
+        element numbers as a column (B, 1)."""
+        o = np.asarray(offsets, dtype=np.intp)
+        q, r = np.divmod(o, size)            # one ufunc call: 2 us less than % then //
+        return o[:, None] if r.any() else q
 
-    def forget_offsets(self):
-        """A graph was released: its offsets lists will not come back. Dropping them at once
-        keeps thousands of lists from staying alive (and walked by the cycle collector)
-        through the next graph's build."""
-        self._idx.clear()
+    def _view(self, buf, index, size):
+        """(view of buf, index into it) for an index from _blocks (or ragged_index, size 1)."""
+        if index.ndim == 1:
+            n = buf.shape[0] // size
+            return buf[:n * size].reshape(n, size), index    # a view (np's as_strided costs 7 us)
+        return buf, index + self.arange(size)
 
     def gather(self, buf, offsets, size: int):
-        """Copy B scattered blocks into one contiguous (B, size) array (sparse→dense)."""
-        view, idx = self._index(buf, offsets, size)
-        return view.take(idx, axis=0) if idx.ndim == 1 else view.take(idx)
+        """Copy B scattered blocks into one contiguous (B, size) array (sparse→dense); returns
+        it and the blocks' index, for a scatter_add to the same blocks (backward's, which then
+        skips the conversion and the alignment test)."""
+        index = self._blocks(offsets, size)
+        view, idx = self._view(buf, index, size)
+        return (view.take(idx, axis=0) if idx.ndim == 1 else view.take(idx)), index
 
-    def scatter_add(self, buf, offsets, size: int, vals, unique: bool):
-        """buf[block k] += vals[k] for B blocks (dense→sparse); `unique` says no
-        block repeats, which allows the buffered (fast) indexed add."""
-        view, idx = self._index(buf, offsets, size)
+    def scatter_add(self, buf, index, size: int, vals, unique: bool):
+        """buf[block k] += vals[k] for B blocks (dense→sparse), index from gather (or
+        ragged_index, with size 1); `unique` says no block repeats, which allows the
+        buffered (fast) indexed add."""
+        view, idx = self._view(buf, index, size)
         vals = vals.reshape(idx.shape + view.shape[1:])
         if unique:
             view[idx] += vals
