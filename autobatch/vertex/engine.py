@@ -78,28 +78,6 @@ def _take_into(xp, src, idx, out):
         out[...] = src[idx]
 
 
-def _instructions(t):
-    """Per op symbol of trace t: (op, args, attr, [(arg, its Parameter or None, stacked)],
-    needs, shared, grad_into plan or None), kept on the trace: the engine runs each instruction
-    once per frontier, and looking these up each time was a good part of its Python time."""
-    p = getattr(t, "instr", None)
-    if p is None:
-        p = t.instr = {}
-        for s, src in enumerate(t.src):
-            if src[0] != "op":
-                continue
-            op, args = src[1], src[2]
-            shared = op.shared_of(len(args))
-            spec = tuple((a, t.src[a][1] if t.is_param[a] else None, j not in shared) for j, a in enumerate(args))
-            into = op.grad_into_inputs([t.shapes[a] for a in args], [t.is_param[a] for a in args])
-            ent = None
-            if into is not None:            # ([(j, arg) grad_into writes], whether the others need param_grads)
-                ent = ([(j, a) for j, a in enumerate(args) if t.need[a] and j in into],
-                       any(t.need[a] for j, a in enumerate(args) if j not in into))
-            p[s] = (op, args, src[3], spec, [t.need[a] for a in args], shared, ent)
-    return p
-
-
 def _fusion_plan(t):
     """fuse.plan(t), kept on the trace: a vertex function is traced once and run many times."""
     p = getattr(t, "fusion", None)
@@ -294,8 +272,6 @@ class Run:
         N = plan.N
         pull_all = self._pull_arrays(xp, xs)
         self.kinds = kinds = [_Kind(t, rows) for t, rows in zip(self.traces, plan.kinds)]
-        for t in self.traces:
-            _instructions(t)
         if TRACK:
             for K in kinds:
                 K.sbs, K.sv = self._side_by_side(K), self._scatter_views(K)

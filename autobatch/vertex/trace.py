@@ -263,6 +263,7 @@ class Trace:
         self.need = need
         self.is_param = [src[0] == PARAM for src in self.src]
         self.alias = self._concat_aliases(ops)
+        self.instr = self._instructions(ops)
         self._gradient_writes(ops)
 
     def _concat_aliases(self, ops):
@@ -288,6 +289,24 @@ class Trace:
         self.concat_free = targets
         return alias
 
+    def _instructions(self, ops):
+        """Per op symbol: (op, args, attr, [(arg, its Parameter or None, stacked)], needs,
+        shared, grad_into plan or None). The engine runs each instruction once per frontier,
+        and looking these up each time was a good part of its Python time."""
+        instr = {}
+        need, is_param = self.need, self.is_param
+        for s in ops:
+            _, op, args, attr = self.src[s][:4]
+            shared = op.shared_of(len(args))
+            spec = tuple((a, self.src[a][1] if is_param[a] else None, j not in shared) for j, a in enumerate(args))
+            into = op.grad_into_inputs([self.shapes[a] for a in args], [is_param[a] for a in args])
+            ent = None
+            if into is not None:            # ([(j, arg) grad_into writes], whether the others need param_grads)
+                ent = ([(j, a) for j, a in enumerate(args) if need[a] and j in into],
+                       any(need[a] for j, a in enumerate(args) if j not in into))
+            instr[s] = (op, args, attr, spec, [need[a] for a in args], shared, ent)
+        return instr
+
     def _gradient_writes(self, ops):
         """What backward needs to know to leave the gradient arena unzeroed (engine.py):
         gparts[c] = [(part, first column, end column)] of a concat whose inputs live in its
@@ -298,14 +317,10 @@ class Trace:
         for a, (c, col) in self.alias.items():
             self.gparts.setdefault(c, []).append((a, col, col + self.sizes[a]))
         zero = set()
-        for s in ops:
-            if self.phase[s] != "front":
-                continue
-            src = self.src[s]
-            shared = src[1].shared_of(len(src[2]))
-            for j, a in enumerate(src[2]):
-                if not self.is_param[a] and (self.phase[a] == "pre" or j in shared):
-                    zero.update(p for p, _, _ in self.gparts.get(a, [(a, 0, 0)]))
+        for s in self.front:
+            for a, p, stacked in self.instr[s][3]:
+                if p is None and (self.phase[a] == "pre" or not stacked):
+                    zero.update(q for q, _, _ in self.gparts.get(a, [(a, 0, 0)]))
         self.gzero = zero
         # front symbols whose frontier gradient may be the array an op returned (engine.py):
         # read only within their frontier, so not concat parts (their concat's buffer holds
