@@ -300,9 +300,9 @@ class _Builder:
         # (layer, h shape, c shape) -> the step's template or False, kept per graph and builder:
         # a template fits any inputs of its shapes, and a char BiLSTM transduces one short
         # word per call, so per call its first steps would look their templates up again
-        known = g._recipes.get(self)
+        known = g._transduce.get(self)
         if known is None:
-            known = g._recipes[self] = {}
+            known = g._transduce[self] = {}
         out = []
         for x in xs:
             for l in range(L):

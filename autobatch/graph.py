@@ -94,6 +94,7 @@ class ComputationGraph:
         self._fw: dict = {}         # W -> add_affine entry (b and x's shape in it)
         self._flk: dict = {}        # lookup table -> (out, size, sig, diff, node, rows)
         self._recipes: dict = {}    # recipes.step templates (signatures are per graph)
+        self._transduce: dict = {}  # builder -> its transduce memo of those templates (builders.py)
         self.sig_op: list = []      # signature -> op (tie-breaks, stats)
         self.stats = Stats()
         self.exe = Executor(self)
@@ -348,6 +349,7 @@ class ComputationGraph:
         self._fw = {k: v for k, v in self._fw.items() if v[6] < n and v[7] < n}
         self._flk = {k: v for k, v in self._flk.items() if v[4] < n}
         self._recipes = {}
+        self._transduce = {}
         self.where = {k: v for k, v in self.where.items() if k < n}
         # signature keys that name dropped nodes (shared inputs, "alone" nodes): a new node
         # that reuses the id must get a signature of its own op
