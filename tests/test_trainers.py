@@ -44,6 +44,19 @@ def test_update_matches_numpy_reference(name, clip, backend, f64):
     check_updates_follow_reference(*TRAINERS[name], clip, [[1, 3], [2, 3, 3], [0]])
 
 
+@pytest.mark.parametrize("name", ["sgd", "adam"])
+def test_in_place_update_in_pieces_matches_reference(name, f64):
+    """The in-place rules run over pieces of big parameters (to stay in cache): pieces of 5
+    elements split the 3x4 W and 6x4 E, and the result is still the reference step."""
+    make, ref = TRAINERS[name]
+
+    def in_pieces(m):
+        tr = make(m)
+        tr.INPLACE_PIECE = 5
+        return tr
+    check_updates_follow_reference(in_pieces, ref, True, [[1, 3], [2, 3, 3], [0]])
+
+
 @pytest.mark.parametrize("name", list(TRAINERS))
 def test_sparse_updates_touch_only_used_rows(name, f64):
     make, ref = TRAINERS[name]
