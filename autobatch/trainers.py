@@ -117,6 +117,8 @@ class Trainer:
             if not p.updated:
                 continue
             rows = p.used_rows() if self.sparse_updates_enabled else None
+            if rows is not None and rows.shape[0] == p.data.shape[0]:
+                rows = None           # every row got gradient: the dense in-place rule is the same step
             if rows is None or rows.shape[0] > 0:
                 work.append((p, rows))
         gscale = self._clip_scale(work, scale)

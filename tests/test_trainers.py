@@ -66,8 +66,9 @@ def test_sparse_updates_touch_only_used_rows(name, f64):
     e = E.as_array()
     st = {}
     # step 1 uses rows 1, 3; step 2 uses row 4 only: rows 1 and 3 must not move in step 2
-    # (they would under a dense momentum/Adam update), rows 0, 2, 5 never move
-    for t, rows in enumerate([[1, 3, 1], [4]], start=1):
+    # (they would under a dense momentum/Adam update), rows 0, 2, 5 never move; step 3 uses
+    # every row (the trainer then takes the dense in-place rule), step 4 one row again
+    for t, rows in enumerate([[1, 3, 1], [4], [0, 1, 2, 3, 4, 5, 2], [2]], start=1):
         loss_on(W, b, E, rows)
         g = E.grad_as_array()
         assert sorted(set(int(r) for r in E.used_rows())) == sorted(set(rows))
