@@ -12,6 +12,8 @@ import sys
 import warnings
 from typing import Optional
 
+import numpy as np
+
 from .errors import NonFiniteError
 from .params import Parameter, ParameterCollection
 
@@ -115,6 +117,8 @@ class Trainer:
             if not p.updated:
                 continue
             rows = p.used_rows() if self.sparse_updates_enabled else None
+            if rows is not None and rows.shape[0] == p.data.shape[0]:
+                rows = None           # every row got gradient: the dense in-place rule is the same step
             if rows is None or rows.shape[0] > 0:
                 work.append((p, rows))
         gscale = self._clip_scale(work, scale)
@@ -138,7 +142,8 @@ class Trainer:
         sums: dict = {}   # one device reduction per backend, one host transfer each
         for p, rows in work:
             g = p.grad if rows is None else p.grad[rows]
-            s = (g * g).sum()
+            # a dot product reads g once; (g * g).sum() also writes and rereads a temporary
+            s = p.xp.vdot(g, g) if g.flags.c_contiguous else (g * g).sum()
             sums[p.xp] = s if p.xp not in sums else sums[p.xp] + s
         norm = abs(scale) * math.sqrt(sum(float(s) for s in sums.values()))
         if not math.isfinite(norm):
@@ -156,10 +161,25 @@ class Trainer:
             aux = self._aux[p] = [p.xp.zeros_like(p.data) for _ in range(self._n_aux)]
         return aux
 
+    # elements per piece of an in-place update: its ~10 passes over value, gradient, state and
+    # one scratch array then run in L2 instead of streaming each whole array from memory
+    # (Adam on a 256x512 matrix: 0.36 -> 0.17 ms; on 10000x256: 8.1 -> 6.4 ms)
+    INPLACE_PIECE = 32768
+
     def _apply(self, p: Parameter, rows, gscale: float) -> None:
         aux = self._state(p)
         if rows is None and self._inplace is not None:
-            self._inplace(p.data, p.grad, aux, gscale, p.xp)
+            arrays = [p.data, p.grad] + aux
+            n = self.INPLACE_PIECE
+            # (NumPy only: on a GPU each piece would be one more round of kernel launches)
+            if p.data.size <= 2 * n or type(p.data) is not np.ndarray or \
+                    not all(a.flags.c_contiguous for a in arrays):
+                self._inplace(p.data, p.grad, aux, gscale, p.xp)
+                return
+            flat = [a.reshape(-1) for a in arrays]
+            for s in range(0, p.data.size, n):
+                x, g, *st = [a[s:s + n] for a in flat]
+                self._inplace(x, g, st, gscale, p.xp)
         elif rows is None:
             new_x, new_aux = self._rule(p.data, p.grad, aux, gscale, p.xp)
             p.data[...] = new_x

@@ -44,6 +44,19 @@ def test_update_matches_numpy_reference(name, clip, backend, f64):
     check_updates_follow_reference(*TRAINERS[name], clip, [[1, 3], [2, 3, 3], [0]])
 
 
+@pytest.mark.parametrize("name", ["sgd", "adam"])
+def test_in_place_update_in_pieces_matches_reference(name, f64):
+    """The in-place rules run over pieces of big parameters (to stay in cache): pieces of 5
+    elements split the 3x4 W and 6x4 E, and the result is still the reference step."""
+    make, ref = TRAINERS[name]
+
+    def in_pieces(m):
+        tr = make(m)
+        tr.INPLACE_PIECE = 5
+        return tr
+    check_updates_follow_reference(in_pieces, ref, True, [[1, 3], [2, 3, 3], [0]])
+
+
 @pytest.mark.parametrize("name", list(TRAINERS))
 def test_sparse_updates_touch_only_used_rows(name, f64):
     make, ref = TRAINERS[name]
@@ -53,8 +66,9 @@ def test_sparse_updates_touch_only_used_rows(name, f64):
     e = E.as_array()
     st = {}
     # step 1 uses rows 1, 3; step 2 uses row 4 only: rows 1 and 3 must not move in step 2
-    # (they would under a dense momentum/Adam update), rows 0, 2, 5 never move
-    for t, rows in enumerate([[1, 3, 1], [4]], start=1):
+    # (they would under a dense momentum/Adam update), rows 0, 2, 5 never move; step 3 uses
+    # every row (the trainer then takes the dense in-place rule), step 4 one row again
+    for t, rows in enumerate([[1, 3, 1], [4], [0, 1, 2, 3, 4, 5, 2], [2]], start=1):
         loss_on(W, b, E, rows)
         g = E.grad_as_array()
         assert sorted(set(int(r) for r in E.used_rows())) == sorted(set(rows))
