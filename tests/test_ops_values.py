@@ -241,3 +241,23 @@ def test_shape_errors(name):
     with pytest.raises(dy.GraphError, match=name):
         SHAPE_ERRORS[name]()
     assert dy.cg().node_count() <= n + 2       # at most the inputs were added
+
+
+@pytest.mark.parametrize("block", [7, 11])
+def test_pickneglogsoftmax_in_row_blocks(block, monkeypatch):
+    """Big softmax losses run over row blocks (to stay in cache) and backward reuses forward's
+    logsumexp: with blocks of a few rows, loss and gradient still equal the formula."""
+    from autobatch.ops import reduce
+    monkeypatch.setattr(reduce, "_BLOCK", block)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((9, 5)) * 4
+    gold = [0, 4, 2, 2, 1, 3, 0, 4, 1]
+    gy = rng.standard_normal((9, 1))
+    op = reduce.PickNegLogSoftmax
+    assert len(reduce._row_blocks(np, x)) > 1
+    y = op.forward(np, [x], None, gold)
+    lse = np.log(np.exp(x).sum(axis=1, keepdims=True))
+    np.testing.assert_allclose(y, lse - x[np.arange(9), gold][:, None], rtol=1e-10, atol=1e-12)
+    p = np.exp(x - lse)
+    p[np.arange(9), gold] -= 1
+    np.testing.assert_allclose(op.backward(np, [x], y, gy, None, gold)[0], p * gy, rtol=1e-10, atol=1e-12)
