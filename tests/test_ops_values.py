@@ -261,3 +261,30 @@ def test_pickneglogsoftmax_in_row_blocks(block, monkeypatch):
     p = np.exp(x - lse)
     p[np.arange(9), gold] -= 1
     np.testing.assert_allclose(op.backward(np, [x], y, gy, None, gold)[0], p * gy, rtol=1e-10, atol=1e-12)
+
+
+def _softmax_ref(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("shape", [(9, 5), (9, 4, 3)])
+@pytest.mark.parametrize("block", [7, 11])
+def test_softmax_and_log_softmax_in_row_blocks(block, shape, monkeypatch):
+    """softmax and log_softmax (per column of a matrix node) over row blocks equal the formulas,
+    values and gradients."""
+    from autobatch.ops import reduce
+    monkeypatch.setattr(reduce, "_BLOCK", block)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(shape) * 4
+    gy = rng.standard_normal(shape)
+    assert len(reduce._row_blocks(np, x)) > 1
+    p = _softmax_ref(x)
+    y = reduce.Softmax.forward(np, [x], None, None)
+    np.testing.assert_allclose(y, p, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(reduce.Softmax.backward(np, [x], y, gy, None, None)[0],
+                               p * (gy - (gy * p).sum(axis=1, keepdims=True)), rtol=1e-10, atol=1e-12)
+    y = reduce.LogSoftmax.forward(np, [x], None, None)
+    np.testing.assert_allclose(y, np.log(p), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(reduce.LogSoftmax.backward(np, [x], y, gy, None, None)[0],
+                               gy - p * gy.sum(axis=1, keepdims=True), rtol=1e-10, atol=1e-12)

@@ -119,12 +119,6 @@ class MaxDim(Op):
         return [hot * xp.expand_dims(gy.reshape(idx.shape), ax)]
 
 
-def _log_softmax(xp, x):
-    m = x.max(axis=1, keepdims=True)
-    z = x - m
-    return z - xp.log(xp.exp(z).sum(axis=1, keepdims=True))
-
-
 def _shifted_exp(xp, x):
     """(exp(x - max), max) row-wise, in one temporary: the common part of softmax
     losses, written to touch the (B, n) block as few times as possible (n is the
@@ -135,17 +129,18 @@ def _shifted_exp(xp, x):
     return e, m
 
 
-# Elements of one row block of a softmax loss: its passes (max, shift, exp, sum) then run
-# in L2 and read the logits from memory once (a 64-sentence language-model batch is a
-# 1344 x 10000 block, 54 MB, where each extra pass over memory costs ~6 ms)
+# Elements of one row block of a softmax: its passes (max, shift, exp, sum) then run in L2
+# and read the logits from memory once (a 64-sentence language-model batch is a 1344 x 10000
+# block, 54 MB, where each extra pass over memory costs ~6 ms)
 _BLOCK = 1 << 18
 
 
 def _row_blocks(xp, x):
-    """Row ranges of x (B, n) of about _BLOCK elements; one range for small x and for
-    non-NumPy arrays (on a GPU the passes are kernels, not cache traffic)."""
-    B, n = x.shape
-    step = B if xp.__name__ != "numpy" or B * n <= 2 * _BLOCK else max(1, _BLOCK // n)
+    """Ranges of x's first (batch) axis of about _BLOCK elements; one range for small x and
+    for non-NumPy arrays (on a GPU the passes are kernels, not cache traffic)."""
+    B = x.shape[0]
+    n = x.size // B if B else 1
+    step = B if xp.__name__ != "numpy" or x.size <= 2 * _BLOCK else max(1, _BLOCK // n)
     return [(r, min(r + step, B)) for r in range(0, B, step)]
 
 
@@ -158,12 +153,17 @@ class Softmax(Op):
         return shapes[0]
 
     def forward(self, xp, xs, attr, data):
-        e, _ = _shifted_exp(xp, xs[0])
-        e /= e.sum(axis=1, keepdims=True)
-        return e
+        x = xs[0]
+        y = xp.empty_like(x)
+        for r0, r1 in _row_blocks(xp, x):
+            e, xc = y[r0:r1], x[r0:r1]
+            xp.subtract(xc, xc.max(axis=1, keepdims=True), out=e)
+            xp.exp(e, out=e)
+            e /= e.sum(axis=1, keepdims=True)
+        return y
 
     def backward(self, xp, xs, y, gy, attr, data):
-        return [y * (gy - (gy * y).sum(axis=1, keepdims=True))]
+        return [y * (gy - (gy * y).sum(axis=1, keepdims=True))]    # (row blocks: no faster)
 
 
 @register
@@ -174,10 +174,22 @@ class LogSoftmax(Op):
         return shapes[0]
 
     def forward(self, xp, xs, attr, data):
-        return _log_softmax(xp, xs[0])
+        x = xs[0]
+        y = xp.empty_like(x)
+        for r0, r1 in _row_blocks(xp, x):
+            z, xc = y[r0:r1], x[r0:r1]
+            xp.subtract(xc, xc.max(axis=1, keepdims=True), out=z)
+            z -= xp.log(xp.exp(z).sum(axis=1, keepdims=True))
+        return y
 
     def backward(self, xp, xs, y, gy, attr, data):
-        return [gy - xp.exp(y) * gy.sum(axis=1, keepdims=True)]
+        g = xp.empty_like(y)
+        for r0, r1 in _row_blocks(xp, y):            # gy - exp(y)·Σ gy
+            gc, gyc = g[r0:r1], gy[r0:r1]
+            xp.exp(y[r0:r1], out=gc)
+            gc *= gyc.sum(axis=1, keepdims=True)
+            xp.subtract(gyc, gc, out=gc)
+        return [g]
 
 
 @register
