@@ -377,8 +377,10 @@ class ComputationGraph:
         for col in (self.args, self.shapes, self.sigs, self.depths, self.needs, uses):
             del col[n:]
         for col in (self.attrs, self.datas):
-            for k in [k for k in col if k >= n]:
-                del col[k]
+            # a node's entry is made when it is built (set() and invalidate() only replace
+            # one), so the dict's order is node order: the dropped nodes' entries are last
+            while col and next(reversed(col)) >= n:
+                col.popitem()
         # the caches that name nodes: parameter nodes, fast-path entries keyed by a node,
         # affine entries holding parameter nodes, step templates holding parameter nodes
         for k in [k for k in self.ext if k >= n]:
