@@ -158,9 +158,10 @@ class Executor:
         st._build_s += t0 - g._t_mark
         self._grow_offs(hi)
         plan = schedule(g.strategy, lo, hi, g.sigs, g.depths, g.args, g.heavy_of_sig, g.uses, g.family_key)
-        sizes = g.sizes
-        pad = sum([sizes[ids[0]] for ids in plan])          # row alignment of each batch
-        self._reserve(sum(sizes[lo:hi]) - sum([sizes[n] for n in g.ext if lo <= n < hi]) + pad)
+        # each batch's nodes and one more row (its alignment), from the size of its first node:
+        # exact but for elementwise batches of mixed sizes, which _alloc grows the arena for
+        shapes, size_of = g.shapes, g.sizes.of
+        self._reserve(sum([(len(ids) + 1) * size_of(shapes[ids[0]]) for ids in plan]))
         t1 = time.perf_counter()
         nb0, top0 = len(self.batches), self.top
         self.runs.append((lo, nb0, top0))
@@ -250,10 +251,9 @@ class Executor:
         shared = op.shared_of(len(a0))
         sizes_flat = None
         if op.elementwise and B > 1:
-            sz = g.sizes
-            each = itemgetter(*ids)(sz)
-            if each.count(sz[i0]) != B:
-                sizes_flat = list(each)
+            each = itemgetter(*ids)(g.shapes)       # shapes are interned: count() meets the same object
+            if each.count(g.shapes[i0]) != B:
+                sizes_flat = list(map(g.sizes.of, each))
         xs, ins = [], []
         # one node with many same-shape inputs (the esum of all losses): one gather
         wide = len(a0) > 4 and not shared and self._wide(ids, a0, xs, ins)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 
 from . import runtime
-from .graph import Expression, _new_expr
+from .graph import Expression
 
 _APPEND = """\
 depths = g.depths
@@ -27,16 +27,12 @@ needs.append({need})
 uses = g.uses
 {uses}
 uses.append(0)
-ops = g.ops
-n = len(ops)
-ops.append(_op)
-g.args.append(({args},))
-g.attrs.append({attr})
-g.datas.append({data})
+sigs = g.sigs
+n = len(sigs)
+sigs.append(r[2])
+g.args.append(({args},)){attr}{data}
 g.shapes.append(r[0])
-g.sizes.append(r[1])
-g.sigs.append(r[2])
-e = _new(_E)
+e = _E()
 e.cg = g
 e.i = n
 return e"""
@@ -54,19 +50,20 @@ def _depth(ins, depth):
 
 
 def fast(slow, op, params: str, guard: str, ins: tuple, need: str = None, depth: str = None,
-         attr: str = "None", data: str = "None", **consts):
+         attr: str = None, data: str = None, **consts):
     """A function with slow's name, doc and signature (``params``: its parameter list as
     source) that appends one node of op itself when ``guard`` holds, else returns slow(...).
     guard: source lines ending in the ``if`` that opens the append (and, in its body, lines
     that come before it); they bind ``r`` (the cache entry) and the input node ids named in
     ``ins``, and must not touch g before testing it (g is None before the first graph). need: the node's needs-gradient
     flag (default: differentiable and some input needs one); depth: its depth (default: one
-    more than its deepest input); attr, data: source of the node's attr and data; consts:
-    names the guard reads."""
+    more than its deepest input); attr, data: source of the node's attr and data, if it has
+    them (never None: the graph stores only the ones nodes have); consts: names the guard reads."""
     if need is None:
         need = "r[3] and (" + " or ".join(f"needs[{a}]" for a in ins) + ")"
     body = _APPEND.format(depth=_depth(ins, depth), need=need, uses="\n".join(f"uses[{a}] += 1" for a in ins),
-                          args=", ".join(ins), attr=attr, data=data)
+                          args=", ".join(ins), attr="" if attr is None else f"\ng.attrs[n] = {attr}",
+                          data="" if data is None else f"\ng.datas[n] = {data}")
     guard_lines = guard.strip("\n").splitlines()
     last = guard_lines[-1]
     indent = " " * (len(last) - len(last.lstrip()) + (4 if last.endswith(":") else 0))
@@ -75,7 +72,7 @@ def fast(slow, op, params: str, guard: str, ins: tuple, need: str = None, depth:
                     + ["    " + line for line in guard_lines]
                     + ["    " + indent + line for line in body.splitlines()]
                     + [f"    return _slow({call})"])
-    ns = {"_S": runtime.state(), "_E": Expression, "_new": _new_expr, "_op": op, "_slow": slow, **consts}
+    ns = {"_S": runtime.state(), "_E": Expression, "_op": op, "_slow": slow, **consts}
     # a file name inside the package: errors raised below (in slow) name the user's line,
     # which errors.user_site finds by skipping the package's frames
     exec(compile(src, f"{__file__}<fast path of {slow.__name__}>", "exec"), ns)
@@ -99,4 +96,4 @@ if type(x) is _E and type(y) is _E and x.cg is g and y.cg is g:
     a = x.i
     b = y.i
     if r is not None and r[4] is g.shapes[a] and r[5] is g.shapes[b] and r[6] is _attr:""",
-                ("a", "b"), attr="_attr", _attr=attr)
+                ("a", "b"), attr=None if attr is None else "_attr", _attr=attr)

@@ -1,9 +1,11 @@
 """The lazy computation graph: columnar node storage, Expression handles, and the
 forward/backward entry points that hand batches to the executor.
 
-Nodes live in parallel Python lists indexed by node id (op, args, attr, data,
-shape, size, signature, depth, arena offset). Ids are topological: arguments
-always precede their users, so "everything up to node i" is a closed set."""
+Nodes live in parallel Python lists indexed by node id (args, shape, signature, depth,
+needs-gradient, consumer count). What follows from those is not stored per node: the op
+(from the signature), the size (from the interned shape); attrs and datas, which most
+nodes lack, are dicts. Ids are topological: arguments always precede their users, so
+"everything up to node i" is a closed set."""
 from __future__ import annotations
 
 import itertools
@@ -24,6 +26,7 @@ _RULES: dict = {}
 _BASE_SIGS: dict = {}
 # one tuple per shape value: the API's inline fast paths compare shapes by identity
 _SHAPES: dict = {}
+SIZE_OF: dict = {}     # interned shape -> number of elements
 _GRAPH_IDS = itertools.count(1)
 
 
@@ -45,9 +48,7 @@ def _rule(op, ins, attr):
             out = _SHAPES.setdefault(out, out)
         except ShapeError as e:
             raise GraphError(f"{e} [op {op.name}, input shapes {list(ins)}, at {user_line()}]") from None
-        size = 1
-        for d in out:
-            size *= d
+        size = SIZE_OF[out] = _size(out)
         # the arity is part of every signature: elementwise sigs ignore shapes, and an
         # add of 2 inputs must not batch with an esum of 3 (kernels stack input j of all nodes)
         base = (op.name, len(ins), op.sig(ins, attr)) if op.batchable else None
@@ -55,6 +56,51 @@ def _rule(op, ins, attr):
             base = _BASE_SIGS.setdefault(base, len(_BASE_SIGS))
         r = _RULES[key] = (out, size, base, op.shared_of(len(ins)))
     return r
+
+
+def _size(shape) -> int:
+    size = 1
+    for d in shape:
+        size *= d
+    return size
+
+
+class Sparse(dict):
+    """A column that most nodes leave empty (attrs, datas): node -> value, None where absent.
+    A dict entry for the few nodes that have one costs what an append costs; the append of
+    None for every other node is saved."""
+
+    def __missing__(self, key):
+        return None
+
+
+class Derived:
+    """A read-only column computed from another one (ops from sigs, sizes from shapes), for
+    the readers that index it per node; values are not stored per node, so building pays
+    nothing for them. Hot loops read the source column directly."""
+
+    __slots__ = ("src", "of")
+
+    def __init__(self, src: list, of):
+        self.src = src
+        self.of = of
+
+    def __len__(self):
+        return len(self.src)
+
+    def __getitem__(self, i):
+        if type(i) is slice:
+            return list(map(self.of, self.src[i]))
+        return self.of(self.src[i])
+
+    def __iter__(self):
+        return map(self.of, self.src)
+
+    def __eq__(self, other):
+        return list(self) == list(other)
+
+    def __repr__(self):
+        return repr(list(self))
 
 
 class ComputationGraph:
@@ -70,12 +116,10 @@ class ComputationGraph:
         rt.graph_seed += 1
         self.seed = (rt.seed * 1000003 + rt.graph_seed) & 0xFFFFFFFF
         self.alive = True
-        self.ops: list = []
         self.args: list = []
-        self.attrs: list = []
-        self.datas: list = []
+        self.attrs = Sparse()       # node -> attr, for the nodes that have one
+        self.datas = Sparse()       # node -> data (lookup row, label, input values, seed)
         self.shapes: list = []
-        self.sizes: list = []
         self.sigs: list = []
         self.depths: list = []
         self.needs: list = []
@@ -96,6 +140,10 @@ class ComputationGraph:
         self._recipes: dict = {}    # recipes.step templates (signatures are per graph)
         self._transduce: dict = {}  # builder -> its transduce memo of those templates (builders.py)
         self.sig_op: list = []      # signature -> op (tie-breaks, stats)
+        # parameters (signature -1) have no op; the lambda holds no reference to the graph,
+        # which reference counting must free at renew_cg
+        self.ops = Derived(self.sigs, lambda s, sig_op=self.sig_op: sig_op[s] if s >= 0 else None)
+        self.sizes = Derived(self.shapes, SIZE_OF.__getitem__)
         self.stats = Stats()
         self.exe = Executor(self)
         self._t_mark = time.perf_counter()
@@ -178,7 +226,7 @@ class ComputationGraph:
         r = _RULES.get((op, ins, attr)) or _rule(op, ins, attr)
         base = r[2]
         if base is None:            # not batchable: a signature of its own, whatever its inputs
-            key = ("alone", len(self.ops))
+            key = ("alone", len(self.sigs))
         elif r[3]:
             sh = r[3]
             if len(sh) == 1:
@@ -195,15 +243,15 @@ class ComputationGraph:
         depths.append(d + 1)
         needs.append(need and op.differentiable)
         uses.append(0)
-        n = len(self.ops)
-        self.ops.append(op)
+        n = len(self.sigs)
         self.args.append(args)
-        self.attrs.append(attr)
-        self.datas.append(data)
+        if attr is not None:
+            self.attrs[n] = attr
+        if data is not None:
+            self.datas[n] = data
         shapes.append(r[0])
-        self.sizes.append(r[1])
         self.sigs.append(sig)
-        e = _new_expr(Expression)
+        e = Expression()
         e.cg = self
         e.i = n
         return e
@@ -228,15 +276,13 @@ class ComputationGraph:
         needs.append(r[3] and needs[a])
         uses[a] += 1
         uses.append(0)
-        n = len(self.ops)
-        self.ops.append(op)
+        n = len(self.sigs)
         self.args.append((a,))
-        self.attrs.append(None)
-        self.datas.append(data)
+        if data is not None:
+            self.datas[n] = data
         self.shapes.append(r[0])
-        self.sizes.append(r[1])
         self.sigs.append(r[2])
-        e = _new_expr(Expression)
+        e = Expression()
         e.cg = self
         e.i = n
         return e
@@ -258,15 +304,13 @@ class ComputationGraph:
         uses[a] += 1
         uses[b] += 1
         uses.append(0)
-        n = len(self.ops)
-        self.ops.append(op)
+        n = len(self.sigs)
         self.args.append((a, b))
-        self.attrs.append(attr)
-        self.datas.append(None)
+        if attr is not None:
+            self.attrs[n] = attr
         shapes.append(r[0])
-        self.sizes.append(r[1])
         self.sigs.append(r[2])
-        e = _new_expr(Expression)
+        e = Expression()
         e.cg = self
         e.i = n
         return e
@@ -303,15 +347,11 @@ class ComputationGraph:
         uses[pw] += 1
         uses[x] += 1
         uses.append(0)
-        n = len(self.ops)
-        self.ops.append(op)
+        n = len(self.sigs)
         self.args.append((pb, pw, x))
-        self.attrs.append(None)
-        self.datas.append(None)
         self.shapes.append(r[0])
-        self.sizes.append(r[1])
         self.sigs.append(r[2])
-        e = _new_expr(Expression)
+        e = Expression()
         e.cg = self
         e.i = n
         return e
@@ -319,7 +359,7 @@ class ComputationGraph:
     # --- DyNet's checkpoints: build a candidate, evaluate it, drop it (beam search) -------
     def checkpoint(self) -> None:
         """Remember the current end of the graph; revert() drops what is built after it."""
-        self._checkpoints.append(len(self.ops))
+        self._checkpoints.append(len(self.sigs))
 
     def revert(self) -> None:
         """Drop every node built since the last checkpoint() (nothing if there is none, as in
@@ -327,7 +367,7 @@ class ComputationGraph:
         if not self._checkpoints:
             return
         n = self._checkpoints.pop()
-        if n >= len(self.ops):
+        if n >= len(self.sigs):
             return
         self.exe.truncate(n)
         uses = self.uses
@@ -335,9 +375,13 @@ class ComputationGraph:
             for a in args:
                 if a < n:
                     uses[a] -= 1
-        for col in (self.ops, self.args, self.attrs, self.datas, self.shapes, self.sizes,
-                    self.sigs, self.depths, self.needs, uses):
+        for col in (self.args, self.shapes, self.sigs, self.depths, self.needs, uses):
             del col[n:]
+        for col in (self.attrs, self.datas):
+            # a node's entry is made when it is built (set() and invalidate() only replace
+            # one), so the dict's order is node order: the dropped nodes' entries are last
+            while col and next(reversed(col)) >= n:
+                col.popitem()
         # the caches that name nodes: parameter nodes, fast-path entries keyed by a node,
         # affine entries holding parameter nodes, step templates holding parameter nodes
         for k in [k for k in self.ext if k >= n]:
@@ -367,7 +411,7 @@ class ComputationGraph:
         from .ops.random import reseed
         self.exe.invalidate()
         ops, datas = self.ops, self.datas
-        for n in range(len(ops)):
+        for n in list(datas):       # random nodes carry their seed as data
             op = ops[n]
             if op is not None and op.redraws:
                 datas[n] = reseed(int(datas[n]))
@@ -413,22 +457,20 @@ class ComputationGraph:
         key = (id(p), update)
         n = self.pnode.get(key)
         if n is None:
-            n = len(self.ops)
+            n = len(self.sigs)
             self.pnode[key] = n
             self.ext[n] = p
-            self.ops.append(None)
             self.args.append(())
-            self.attrs.append(None)
-            self.datas.append(None)
             s = tuple(p.data.shape)
-            self.shapes.append(_SHAPES.setdefault(s, s))
-            self.sizes.append(int(p.data.size))
+            s = _SHAPES.setdefault(s, s)
+            SIZE_OF[s] = int(p.data.size)
+            self.shapes.append(s)
             self.sigs.append(-1)
             self.depths.append(0)
             self.needs.append(bool(update))
             self.uses.append(0)
             self.exe.mark_external(n)
-        return Expression(self, n)
+        return expression(self, n)
 
     # --- running ----------------------------------------------------------------
     def forward_to(self, i: int) -> None:
@@ -467,7 +509,7 @@ class ComputationGraph:
         return f"{op.name}#{s}"
 
     def node_count(self) -> int:
-        return len(self.ops)
+        return len(self.sigs)
 
     def describe(self, i: int) -> str:
         op = self.ops[i]
@@ -511,13 +553,11 @@ class _DebugGraph(ThroughAdd, ComputationGraph):
 
 
 class Expression:
-    """A handle to one node of one graph. Cheap: two slots."""
+    """A handle to one node of one graph. Cheap: two slots, and no __init__: ``Expression()``
+    with two slot stores costs a third less than a call of __init__ or of __new__; make one
+    with expression(cg, i)."""
 
     __slots__ = ("cg", "i")
-
-    def __init__(self, cg: ComputationGraph, i: int):
-        self.cg = cg
-        self.i = i
 
     # --- values -----------------------------------------------------------------
     def _check(self):
@@ -596,7 +636,11 @@ class Expression:
     # --- arithmetic (defined in api.py to keep the op wiring in one place) --------
 
 
-_new_expr = Expression.__new__   # __new__ plus two slot stores is half the cost of __init__
+def expression(cg, i: int) -> Expression:
+    e = Expression()
+    e.cg = cg
+    e.i = i
+    return e
 
 
 def cg() -> ComputationGraph:

@@ -2,14 +2,14 @@
 
 An RNN builder makes the same few nodes for every step of every sequence; through the
 expression functions each node costs about two microseconds of Python (argument checks,
-rule lookups, ten list appends), most of a BiLSTM's graph building. The first step of a kind
+rule lookups, six list appends), most of a BiLSTM's graph building. The first step of a kind
 in a graph is built the normal way and recorded as a template; later steps with the same key
 run one generated function that appends all its nodes with one ``extend`` per constant
 column. Signatures that depend on a shared operand's node id (W of an affine) are looked up
 per step, so a template never assumes which parameter node it reads."""
 from __future__ import annotations
 
-from .graph import _RULES, Expression, ThroughAdd, _new_expr
+from .graph import _RULES, Expression, ThroughAdd
 
 _NO = object()    # the key's pattern cannot be replayed: always build it the normal way
 
@@ -55,8 +55,8 @@ def _compile(g, n0, n1, ins, outs):
     if n1 == n0 or len(set(ins)) != len(ins) or any(e is not None and (type(e) is not Expression or not n0 <= e.i < n1) for e in outs):
         return None
     pos = {a: j for j, a in enumerate(ins)}
-    const = {"_new": _new_expr, "_E": Expression}
-    body, cols = [], {"ops": [], "attrs": [], "datas": [], "shapes": [], "sizes": [], "sigs": []}
+    const = {"_E": Expression}
+    body, cols, attrs = [], {"shapes": [], "sigs": []}, []
     arg_src, dep_src, need_src = [], [], []
 
     def ref(a):
@@ -70,8 +70,10 @@ def _compile(g, n0, n1, ins, outs):
         if r is None or r[2] is None:
             return None
         k = n - n0
-        for c in ("ops", "attrs", "datas", "shapes", "sizes"):
-            cols[c].append(getattr(g, c)[n])
+        cols["shapes"].append(g.shapes[n])
+        if g.attrs[n] is not None:
+            const[f"_A{k}"] = g.attrs[n]
+            attrs.append(f"    g.attrs[n + {k}] = _A{k}")
         if r[3]:                       # the signature names shared operands: look it up per step
             # ... unless they are the last step's (a sequence's parameters): _M{k} holds the
             # last operand ids and their signature, per template, so per graph
@@ -110,11 +112,10 @@ def _compile(g, n0, n1, ins, outs):
     names = ", ".join(f"i{j}" for j in range(len(ins)))
     src = [f"def replay(g, {names}):",
            "    depths, needs, uses, sigtab = g.depths, g.needs, g.uses, g._sigtab",
-           "    n = len(g.ops)"]
+           "    n = len(g.sigs)"]
     src += [f"    D{j} = depths[i{j}]; N{j} = needs[i{j}]" for j in range(len(ins))]
     src += ["    " + line for line in body]
-    src += ["    g.ops.extend(_OPS)", "    g.attrs.extend(_ATTRS)", "    g.datas.extend(_DATAS)",
-            "    g.shapes.extend(_SHAPES)", "    g.sizes.extend(_SIZES)"]
+    src += attrs + ["    g.shapes.extend(_SHAPES)"]
     if dyn_sigs:
         sig_src = ", ".join(f"s{k}" if s is None else str(s) for k, s in enumerate(cols["sigs"]))
         src.append(f"    g.sigs.extend(({sig_src},))")
@@ -130,7 +131,7 @@ def _compile(g, n0, n1, ins, outs):
         if e is None:            # a cell-less builder's c
             rets.append("None")
             continue
-        src += [f"    o{k} = _new(_E)", f"    o{k}.cg = g", f"    o{k}.i = n + {e.i - n0}"]
+        src += [f"    o{k} = _E()", f"    o{k}.cg = g", f"    o{k}.i = n + {e.i - n0}"]
         rets.append(f"o{k}")
     src.append(f"    return ({', '.join(rets)},)")
     ns = dict(const)

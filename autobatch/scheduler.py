@@ -225,13 +225,18 @@ def _late_levels_np(lo, hi, args, sig_all, pend, uses, level, ns):
     left = uses.copy()
     height = np.full(n, -1, dtype=np.int64)
     frontier = pend[uses[pend] == 0]
+    # the frontiers' input edges, kept for the lift below (gathering them is most of this
+    # function's time); the last frontier's inputs need none: they lie more than _NEAR_END
+    # steps above a sink, so at a depth below every level a node of the region gets
+    edges = []
     for h in range(_NEAR_END + 1):
         if len(frontier) == 0:
             break
         height[frontier] = h
         if h == _NEAR_END:
             break
-        preds, _ = _inputs(args, frontier, lo, sig_all)
+        preds, dst = _inputs(args, frontier, lo, sig_all)
+        edges.append((preds, dst))
         if len(preds) == 0:
             break
         left -= np.bincount(preds, minlength=n)
@@ -253,7 +258,8 @@ def _late_levels_np(lo, hi, args, sig_all, pend, uses, level, ns):
     top = int(level[pend].max())
     level[moved] = top - height[moved]
     # lift every near node above its inputs (longest path within the end region)
-    es, ed = _inputs(args, near, lo, sig_all)
+    es = np.concatenate([e[0] for e in edges])
+    ed = np.concatenate([e[1] for e in edges])
     for _ in range(_NEAR_END + 2):
         want = level[es] + 1
         bad = want > level[ed]

@@ -235,3 +235,22 @@ def test_revert_keeps_the_values_built_before_the_checkpoint(strategy):
         dy.cg_revert()
     assert counts[0] >= n_prefix
     assert [b - a for a, b in zip(counts, counts[1:])] == [3, 3, 3]   # constant, add, exp
+
+
+def test_revert_drops_the_attrs_and_datas_of_dropped_nodes():
+    """attrs and datas keep entries only for the nodes that have one: a node built after a
+    revert on a dropped node's id must not inherit its attr or data."""
+    dy.renew_cg()
+    x = dy.inputVector([1.0, 2.0])
+    dy.cg_checkpoint()
+    c = dy.concatenate([x, x])                    # attr 0
+    p = dy.pickneglogsoftmax(c, 3)                # data 3
+    dy.cg_revert()
+    g = dy.cg()
+    y = dy.tanh(x)
+    z = dy.tanh(y)
+    assert (y.i, z.i) == (c.i, p.i)
+    assert g.attrs[y.i] is None and g.datas[z.i] is None
+    assert g.ops[y.i].name == "tanh" and g.sizes[z.i] == 2
+    assert g.ops[g.pid(dy.ParameterCollection().add_parameters(3))] is None   # a parameter: no op
+    assert np.allclose(z.npvalue(), np.tanh(np.tanh([1.0, 2.0])))

@@ -14,7 +14,7 @@ A Trace then sorts its instructions into three phases (Cavs' lazy batching, §3.
 from __future__ import annotations
 
 from ..errors import GraphError, user_line
-from ..graph import Expression, ThroughAdd, _rule
+from ..graph import Expression, ThroughAdd, _rule, expression
 from ..ops.base import Op
 from ..ops.random import _Random
 
@@ -90,7 +90,7 @@ class TraceGraph(ThroughAdd):
         else:
             dkind = CONST
         n = self._new((OP, op, tuple(args), attr, data, dkind), op, out)
-        return Expression(self, n)
+        return expression(self, n)
 
     def pid(self, p, update=True):
         key = (id(p), bool(update))
@@ -101,7 +101,7 @@ class TraceGraph(ThroughAdd):
         return n
 
     def param_expr(self, p, update=True):
-        return Expression(self, self.pid(p, update))
+        return expression(self, self.pid(p, update))
 
     # values do not exist while tracing
     def value_of(self, i):
@@ -161,7 +161,7 @@ class Vertex:
         if spec[0] == "ids":
             got = VertexIndex(name)
         else:
-            got = Expression(self._tg, self._tg._new((PULL, name, spec[0] == "expr"), None, spec[1]))
+            got = expression(self._tg, self._tg._new((PULL, name, spec[0] == "expr"), None, spec[1]))
         self.pulled[name] = got
         return got
 
@@ -177,7 +177,7 @@ class Vertex:
             shapes = fn.scatter_shapes
             if shapes is None:
                 raise NeedScatterShapes(k)
-            got = tuple(Expression(self._tg, self._tg._new((GATHER, k, j), None, s)) for j, s in enumerate(shapes))
+            got = tuple(expression(self._tg, self._tg._new((GATHER, k, j), None, s)) for j, s in enumerate(shapes))
             self.gathered[k] = got
         return got if len(got) > 1 else got[0]
 
