@@ -35,34 +35,50 @@ def schedule(strategy: Strategy, lo: int, hi: int, sigs: list, depths: list, arg
     return _adaptive(lo, hi, sigs, depths, args, heavy_of_sig, uses, family)
 
 
-# family -> [use DyNet's rule?, forwards scheduled]; a training loop builds the same kind of
-# graph thousands of times, so both rules are compared only now and then
+# family -> [its rule, forwards scheduled]; a training loop builds the same kind of graph
+# thousands of times, so the rules are compared only now and then
 _FAMILIES: dict = {}
-_TRIALS = 2        # the first forwards of a family try both rules
+_TRIALS = 2        # the first forwards of a family try every rule
 _RECHECK = 50      # and then every 50th, in case the data changed (longer sentences, ...)
 _DYNET_GAIN = 0.9  # DyNet's rule costs about twice as much to schedule: it must save 10% of batches
 
 
+def _levels(lo, hi, sigs, depths, args, heavy_of_sig, uses):
+    return _agenda(lo, hi, sigs, depths, args, heavy_of_sig, uses)
+
+
+def _dynet(lo, hi, sigs, depths, args, heavy_of_sig, uses):
+    return _dynet_agenda(lo, hi, sigs, depths, args, heavy_of_sig)
+
+
+def _depth(lo, hi, sigs, depths, args, heavy_of_sig, uses):
+    return _by_depth(lo, hi, sigs, depths)
+
+
 def _adaptive(lo, hi, sigs, depths, args, heavy_of_sig, uses, family):
-    """The level rule, or DyNet's average-depth rule where it launches clearly fewer batches
-    for this kind of graph. Levels win on trees and on single sequences; DyNet's rule wins
-    where one sequence's inputs end at many different depths (a word LSTM over character
-    LSTMs of words of every length: it runs all characters first, then the words)."""
+    """The level rule, or another where it is as good for this kind of graph and cheaper, or
+    clearly better. Levels win on trees of different shapes and on single sequences; DyNet's
+    average-depth rule wins where one sequence's inputs end at many different depths (a word
+    LSTM over character LSTMs of words of every length: it runs all characters first, then
+    the words); plain depth order makes the same number of batches where all instances share
+    one shape (complete trees), and costs half the level rule's scheduling time."""
     family = family()     # computed only here: most forwards never need it
     c = _FAMILIES.get(family)
     if c is None:
         if len(_FAMILIES) > 1000:
             _FAMILIES.clear()
-        c = _FAMILIES[family] = [False, 0]
+        c = _FAMILIES[family] = [_levels, 0]
     c[1] += 1
+    a = (lo, hi, sigs, depths, args, heavy_of_sig, uses)
     if c[1] <= _TRIALS or c[1] % _RECHECK == 0:
-        levels = _agenda(lo, hi, sigs, depths, args, heavy_of_sig, uses)
-        dynet = _dynet_agenda(lo, hi, sigs, depths, args, heavy_of_sig)
-        c[0] = len(dynet) <= _DYNET_GAIN * len(levels)
-        return dynet if c[0] else levels
-    if c[0]:
-        return _dynet_agenda(lo, hi, sigs, depths, args, heavy_of_sig)
-    return _agenda(lo, hi, sigs, depths, args, heavy_of_sig, uses)
+        levels, dynet, depth = _levels(*a), _dynet(*a), _depth(*a)
+        best, c[0] = levels, _levels
+        if len(dynet) <= _DYNET_GAIN * len(levels):
+            best, c[0] = dynet, _dynet
+        elif len(depth) <= len(levels):
+            best, c[0] = depth, _depth
+        return best
+    return c[0](*a)
 
 
 def _ints(column, lo, hi):

@@ -206,12 +206,49 @@ def test_agenda_keeps_levels_on_trees(monkeypatch):
     # other forests of the same model (a one-leaf tree first: signatures in another order)
     # keep the choice: no more trials of DyNet's rule
     calls = []
-    orig = scheduler._dynet_agenda
-    monkeypatch.setattr(scheduler, "_dynet_agenda", lambda *a: calls.append(1) or orig(*a))
+    for name in ("_dynet_agenda", "_by_depth"):
+        orig = getattr(scheduler, name)
+        monkeypatch.setattr(scheduler, name, lambda *a, orig=orig: calls.append(1) or orig(*a))
     for k in range(3):
         other = [_random_tree(rng, 1)] + [_random_tree(rng, int(rng.integers(2, 20))) for _ in range(15)]
         _count("agenda", lambda: _forest(P, other))
     assert calls == []
+
+
+def _complete(rng, leaves):
+    return int(rng.integers(0, 30)) if leaves == 1 else (_complete(rng, leaves // 2), _complete(rng, leaves // 2))
+
+
+def _fc_forest(P, shapes):
+    """Tree-FC: one layer per vertex, a loss at the root only."""
+    E, Wc, Ww = P
+
+    def enc(t):
+        if isinstance(t, int):
+            return dy.lookup(E, t)
+        return dy.tanh(Wc * enc(t[0]) + Ww * enc(t[1]))
+    return dy.esum([dy.sum_elems(enc(t)) for t in shapes])
+
+
+def test_agenda_takes_depth_order_where_it_batches_as_well(monkeypatch):
+    """Trees of one shape (Tree-FC's complete trees): depth order launches as few batches as
+    the level rule and costs less to compute, so the agenda keeps it for that kind of graph,
+    with the same values as the other rules."""
+    monkeypatch.setattr(scheduler, "_FAMILIES", {})
+    rng = np.random.default_rng(2)
+    P = _chains_params()
+    forest = [_complete(rng, 16) for _ in range(12)]
+    runs = {s: _count(s, lambda: _fc_forest(P, forest)) for s in ("depth", "agenda")}
+    assert runs["agenda"][1] == runs["depth"][1]
+    _count("agenda", lambda: _fc_forest(P, forest))      # the last trial
+    calls = []
+    monkeypatch.setattr(scheduler, "_agenda", lambda *a: calls.append(1))
+    monkeypatch.setattr(scheduler, "_dynet_agenda", lambda *a: calls.append(1))
+    other = [_complete(rng, 16) for _ in range(12)]
+    v, nb = _count("agenda", lambda: _fc_forest(P, other))
+    assert calls == [] and nb == _count("depth", lambda: _fc_forest(P, other))[1]
+    np.testing.assert_allclose(v, _count("depth", lambda: _fc_forest(P, other))[0], rtol=1e-6)
+    np.testing.assert_allclose(runs["agenda"][0], runs["depth"][0], rtol=1e-6)
 
 
 @settings(max_examples=100, deadline=None)
