@@ -13,7 +13,7 @@ class Strategy(enum.Enum):
     """How forward groups nodes into batches."""
     NONE = "none"      # node by node, in creation order
     DEPTH = "depth"    # TensorFlow Fold: equal depth and signature
-    AGENDA = "agenda"  # ready nodes, lowest level first, or DyNet's rule where it learns that batches better (scheduler._adaptive)
+    AGENDA = "agenda"  # ready nodes, lowest level first, or DyNet's rule / depth order where it learns that batches better or as well for less (scheduler._adaptive)
     DYNET_AGENDA = "dynet-agenda"  # DyNet's rule: lowest average depth per signature first
 
 
