@@ -108,6 +108,19 @@ def _gather(xp, src, idx, out):
         _take_into(xp, src, xp.asarray(idx), out)
 
 
+def _child_rows(childpos, r0, r1, cs):
+    """The state rows of children cs of rows r0:r1, row by row: what a concat of their values
+    (Trace.gather_groups) holds as rows of the state."""
+    if cs == list(range(childpos.shape[1])):
+        return childpos[r0:r1].reshape(-1)
+    return childpos[r0:r1, cs].reshape(-1)
+
+
+def _as_rows(block, state):
+    """A concat's (n, m*d) block as the (n*m, d) rows of a state of (d,) rows."""
+    return block.reshape((-1,) + state.shape[1:])
+
+
 def _add_at(xp, a, idx, v):
     if hasattr(xp.add, "at"):
         xp.add.at(a, idx, v)
@@ -228,16 +241,11 @@ class Run:
         order: children 2i and 2i+1 side by side). The concat's buffer is then a view of the
         state, so forward gathers nothing and backward's gradient lands in the state's."""
         t = K.t
-        if not K.n or not t.gparts or not self._scatter_once([K], self.plan.shared_children):
+        if not K.n or not t.gather_groups or not self._scatter_once([K], self.plan.shared_children):
             return {}                       # (backward's writes into the state must be its only ones)
-        gathered = {s: (c, j) for c, j, s in t.gathers if t.phase[s] == "front"}
         out = {}
-        for x, parts in t.gparts.items():
-            cj = [gathered.get(p) for p, _, _ in parts]
-            if None in cj or len({j for _, j in cj}) != 1:
-                continue
-            j = cj[0][1]
-            rows = K.rows.childpos[:, [c for c, _ in cj]].reshape(-1)
+        for x, j, cs in t.gather_groups:
+            rows = _child_rows(K.rows.childpos, 0, K.n, cs)
             a0 = int(rows[0])
             if a0 + len(rows) <= self.plan.N and (rows == np.arange(a0, a0 + len(rows))).all():
                 out[x] = (j, a0)
@@ -310,10 +318,11 @@ class Run:
             if not t.front and not t.gathers:
                 continue
             cp = K.rows.childpos
-            for c, j, s in t.gathers:
-                if t.phase[s] == "front":
-                    if t.alias.get(s, (None,))[0] not in K.sbs:
-                        _gather(xp, state[j], cp[r0:r1, c], K.buf[s][r0:r1])
+            for x, j, cs in t.gather_groups:
+                if x not in K.sbs:
+                    _gather(xp, state[j], _child_rows(cp, r0, r1, cs), _as_rows(K.buf[x][r0:r1], state[j]))
+            for c, j, s in t.front_gathers:
+                _gather(xp, state[j], cp[r0:r1, c], K.buf[s][r0:r1])
             for s in t.front:
                 self._run(K, s, r0, r1)
             launches += self._launches(t, t.front)
@@ -567,10 +576,13 @@ class Run:
             for s in reversed(t.front):
                 if t.need[s]:
                     self._back(K, s, r0, r1, pg, lazy, False)
-            for c, j, s in t.gathers:
-                if t.phase[s] == "front" and t.alias.get(s, (None,))[0] not in K.sbs:
-                    self._gather_back(xp, gstate[j], K.rows.childpos[r0:r1, c], self._grad(K, s, r0, r1, False),
-                                      dup, assign)
+            cp = K.rows.childpos
+            for x, j, cs in t.gather_groups:
+                if x not in K.sbs:
+                    self._gather_back(xp, gstate[j], _child_rows(cp, r0, r1, cs),
+                                      _as_rows(self._grad(K, x, r0, r1, False), gstate[j]), dup, assign)
+            for c, j, s in t.front_gathers:
+                self._gather_back(xp, gstate[j], cp[r0:r1, c], self._grad(K, s, r0, r1, False), dup, assign)
         for K in kinds:
             t = K.t
             for s in self._merged(K.deferred):
