@@ -668,7 +668,13 @@ class Run:
             dense = [g for g in gl if not hasattr(g, "rows")]
             rows = [g for g in gl if hasattr(g, "rows")]
             if dense:
-                d = dense[0].reshape(p.data.shape).copy() if len(dense) == 1 else sum(g.reshape(p.data.shape) for g in dense)
+                if len(dense) == 1:
+                    # the executor adds it into p.grad at once: a copy only where rows are added
+                    # into it below (it may be a view of what a later pull gradient reads)
+                    d = dense[0].reshape(p.data.shape)
+                    d = d.copy() if rows else d
+                else:
+                    d = sum(g.reshape(p.data.shape) for g in dense)
                 for r in rows:
                     _add_at(xp, d, xp.asarray(r.rows), r.vals.reshape((-1,) + p.data.shape[1:]))
                 out.append(d)
