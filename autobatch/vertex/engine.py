@@ -6,7 +6,8 @@ buffer with a row per vertex of that kind, in frontier order; frontier t writes 
 rows. Since the plan knows every frontier's size up front, buffers are allocated once at full
 size instead of grown. The scatter state is one (N+1, *shape) array per scattered value
 (row N stays zero: what a missing child gathers). gather = one take per (child, value) into
-the gather symbol's rows; scatter = one slice copy; pull/push = one index copy per kind.
+the gather symbol's rows, or one per concat of a value of all children (Trace.gather_groups);
+scatter = one slice copy; pull/push = one index copy per kind (pushes nobody read: none).
 Copies that the layout makes needless are views instead: where a kind's vertices are
 consecutive state rows, its scattered symbols live in the state (_scatter_views), and a
 concat of children that lie side by side there is the state's rows (_side_by_side).
