@@ -60,29 +60,37 @@ class TreeLSTM:
     @staticmethod
     def graph(dy, tree):
         """InputGraph of a bench Tree (post-order vertices, as Tree.nodes()), its word ids and
-        labels, in one walk that numbers the vertices as it emits them (a dict from node to
-        index over tree.nodes() cost half as much again)."""
-        kids, words, labels, done_ids = [], [], [], []
-        stack = [(tree, False)]
-        while stack:
-            t, done = stack.pop()
-            if done or t.left is None:
-                if done:                    # its subtrees' roots are the last two numbered
-                    r = done_ids.pop()
-                    c = [done_ids.pop(), r]
-                else:
-                    c = []
-                done_ids.append(len(kids))
-                kids.append(c)
-                words.append(t.word or 0)
-                labels.append(t.label)
-            else:
-                stack += [(t, True), (t.right, False), (t.left, False)]
+        labels."""
+        kids, words, labels = TreeLSTM._walk([tree])
         return dy.InputGraph(kids), words, labels
 
+    @staticmethod
+    def _walk(trees):
+        """(kids, words, labels) of the trees' vertices, tree after tree, each in post-order:
+        kids[v] = v's children as indices into kids (a leaf's is the shared ()), numbered as
+        they are emitted. A recursion (trees are a few dozen levels deep) allocates less than
+        a stack of (node, done) pairs: 0.36 vs 0.60 ms per 64 trees."""
+        kids, words, labels = [], [], []
+
+        def walk(t):
+            if t.left is None:
+                kids.append(())
+            else:
+                a = walk(t.left)
+                kids.append([a, walk(t.right)])
+            words.append(t.word or 0)
+            labels.append(t.label)
+            return len(kids) - 1
+        for t in trees:
+            walk(t)
+        return kids, words, labels
+
     def batch_loss(self, dy, batch):
-        gs, words, labels = zip(*[self.graph(dy, t) for t in batch])
-        out = self.cell(list(gs), word=list(words), label=list(labels))
+        # the minibatch as ONE input graph (a forest; the trees' vertices one after another):
+        # one InputGraph and one pull list per minibatch instead of 64 of each, which were a
+        # third of the call's build time; the losses are the same vertices' in the same order
+        kids, words, labels = self._walk(batch)
+        out = self.cell(dy.InputGraph(kids), word=words, label=labels)
         return dy.sum_elems(out["loss"])
 
 

@@ -350,11 +350,24 @@ def test_input_graph_fast_path_equals_general_path(kids, shared):
     ([[], [5]], "out of range"),
     ([[], [-1]], "out of range"),
     ([[], [1.5]], "not an integer"),
+    ([[], [2 ** 70]], "out of range"),
     ([], "at least one vertex"),
+    (5, "one list of child indices"),
+    ([1, 2], "one list of child indices"),
 ])
 def test_input_graph_errors(kids, msg):
     with pytest.raises(dy.GraphError, match=msg):
         dy.InputGraph(kids)
+
+
+def test_input_graph_takes_any_collections():
+    """Tuples, ranges, iterators (no length) and a generator of them: the graph of the lists."""
+    want = dy.InputGraph([[], [], [0, 1], [2]])
+    for kids in ([(), (), (0, 1), (2,)], [range(0), range(0), range(2), range(2, 3)],
+                 [iter(c) for c in ([], [], [0, 1], [2])], (c for c in ([], [], [0, 1], [2]))):
+        g = dy.InputGraph(kids)
+        for a in ("child", "level", "arity"):
+            np.testing.assert_array_equal(getattr(g, a), getattr(want, a))
 
 
 def test_from_parents_errors():

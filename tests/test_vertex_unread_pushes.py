@@ -77,3 +77,27 @@ def test_pulled_expressions_get_the_lazy_gradient(f64, poisoned, reads, per_vert
     for p, a, b in zip(params, ga, gb):
         np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-12, err_msg=repr(p))
     assert np.any(ga[0]) and np.any(ga[1]) == ("b" in reads)   # through x; through z when "b" is read
+
+
+@pytest.mark.parametrize("grow", (False, True))
+def test_a_push_first_read_after_the_forward(f64, poisoned, grow):
+    """The forward writes only the pushes read so far (the rest are zeros); one read after
+    it is written then, into the node's value where it is now (grow: the lazy graph's buffer
+    was reallocated by a later forward)."""
+    pc, f = _model(False)
+    gs = [dy.InputGraph([[], [], [0, 1]]), dy.InputGraph([[], [], [], [0, 1], [3, 2]])]
+    rng = np.random.default_rng(7)
+    N = sum(g.n for g in gs)
+    X, Z = rng.normal(size=(N, H)), rng.normal(size=(N, H))
+
+    def inputs():
+        return dict(x=[dy.inputTensor(X[:3]), dy.inputTensor(X[3:])], z=[dy.inputTensor(Z[:3]), dy.inputTensor(Z[3:])])
+
+    dy.renew_cg()
+    want = np.array([e.value() for e in f.unbatched(gs, **inputs())["b"]])
+    dy.renew_cg()
+    out = f(gs, **inputs())
+    out["a"].value()
+    if grow:
+        dy.tanh(dy.inputTensor(np.zeros(1 << 18))).value()
+    np.testing.assert_allclose(out["b"].npvalue().reshape(-1), want, rtol=1e-12)

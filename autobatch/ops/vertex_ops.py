@@ -28,5 +28,8 @@ class VertexCall(Op):
     def forward(self, xp, xs, attr, data):
         return data[0].forward(xp, xs)
 
+    def forward_into(self, xp, xs, attr, data, out):
+        data[0].forward(xp, xs, out)
+
     def backward(self, xp, xs, y, gy, attr, data):
         return data[0].backward(xp, xs, gy)

@@ -6,7 +6,8 @@ buffer with a row per vertex of that kind, in frontier order; frontier t writes 
 rows. Since the plan knows every frontier's size up front, buffers are allocated once at full
 size instead of grown. The scatter state is one (N+1, *shape) array per scattered value
 (row N stays zero: what a missing child gathers). gather = one take per (child, value) into
-the gather symbol's rows; scatter = one slice copy; pull/push = one index copy per kind.
+the gather symbol's rows, or one per concat of a value of all children (Trace.gather_groups);
+scatter = one slice copy; pull/push = one index copy per kind (pushes nobody read: none).
 Copies that the layout makes needless are views instead: where a kind's vertices are
 consecutive state rows, its scattered symbols live in the state (_scatter_views), and a
 concat of children that lie side by side there is the state's rows (_side_by_side).
@@ -106,6 +107,19 @@ def _gather(xp, src, idx, out):
         out[...] = src[sl]
     else:
         _take_into(xp, src, xp.asarray(idx), out)
+
+
+def _child_rows(childpos, r0, r1, cs):
+    """The state rows of children cs of rows r0:r1, row by row: what a concat of their values
+    (Trace.gather_groups) holds as rows of the state."""
+    if cs == list(range(childpos.shape[1])):
+        return childpos[r0:r1].reshape(-1)
+    return childpos[r0:r1, cs].reshape(-1)
+
+
+def _as_rows(block, state):
+    """A concat's (n, m*d) block as the (n*m, d) rows of a state of (d,) rows."""
+    return block.reshape((-1,) + state.shape[1:])
 
 
 def _add_at(xp, a, idx, v):
@@ -228,16 +242,11 @@ class Run:
         order: children 2i and 2i+1 side by side). The concat's buffer is then a view of the
         state, so forward gathers nothing and backward's gradient lands in the state's."""
         t = K.t
-        if not K.n or not t.gparts or not self._scatter_once([K], self.plan.shared_children):
+        if not K.n or not t.gather_groups or not self._scatter_once([K], self.plan.shared_children):
             return {}                       # (backward's writes into the state must be its only ones)
-        gathered = {s: (c, j) for c, j, s in t.gathers if t.phase[s] == "front"}
         out = {}
-        for x, parts in t.gparts.items():
-            cj = [gathered.get(p) for p, _, _ in parts]
-            if None in cj or len({j for _, j in cj}) != 1:
-                continue
-            j = cj[0][1]
-            rows = K.rows.childpos[:, [c for c, _ in cj]].reshape(-1)
+        for x, j, cs in t.gather_groups:
+            rows = _child_rows(K.rows.childpos, 0, K.n, cs)
             a0 = int(rows[0])
             if a0 + len(rows) <= self.plan.N and (rows == np.arange(a0, a0 + len(rows))).all():
                 out[x] = (j, a0)
@@ -266,7 +275,9 @@ class Run:
         out[...] = y.reshape(out.shape)
 
     # ------------------------------------------------------------------ forward
-    def forward(self, xp, xs):
+    def forward(self, xp, xs, out=None):
+        """The pushed values of every vertex, concatenated: written into `out` (the lazy
+        graph's block for the call's node, shape (1, total)) where given, else a new array."""
         self.xp = xp
         plan, dtype = self.plan, self.dtype
         N = plan.N
@@ -308,10 +319,11 @@ class Run:
             if not t.front and not t.gathers:
                 continue
             cp = K.rows.childpos
-            for c, j, s in t.gathers:
-                if t.phase[s] == "front":
-                    if t.alias.get(s, (None,))[0] not in K.sbs:
-                        _gather(xp, state[j], cp[r0:r1, c], K.buf[s][r0:r1])
+            for x, j, cs in t.gather_groups:
+                if x not in K.sbs:
+                    _gather(xp, state[j], _child_rows(cp, r0, r1, cs), _as_rows(K.buf[x][r0:r1], state[j]))
+            for c, j, s in t.front_gathers:
+                _gather(xp, state[j], cp[r0:r1, c], K.buf[s][r0:r1])
             for s in t.front:
                 self._run(K, s, r0, r1)
             launches += self._launches(t, t.front)
@@ -326,18 +338,28 @@ class Run:
             for s in t.post:
                 self._run(K, s, 0, K.n)
             launches += self._launches(t, t.post)
-        out = xp.zeros(self.total, dtype=dtype)
-        for name, shape, size, off in self.pushes:
-            # the lazy graph's reshape is column-major (DyNet's), so out[name] = reshape(segment,
-            # (N, *shape)) reads the segment with the vertex index fastest
-            seg = out[off:off + N * size].reshape((N,) + shape, order="F")
-            for K in kinds:
-                s = K.t.push.get(name)
-                if s is not None:
-                    seg[K.rows.gids] = self._x(K, s, True, 0, K.n)
+        # (a block the executor hands over, not a fresh zeroed array that it then copies)
+        out = xp.empty((1, self.total), dtype=dtype) if out is None else out
+        for name in self.pushes:
+            self.write_push(out, name[0])
         self.stats = dict(vertices=N, frontiers=len(plan.steps), depth=plan.depth, kinds=len(kinds),
                           forward_launches=launches)
-        return out[None]
+        return out
+
+    def write_push(self, out, name):
+        """Write pushed value `name` of every vertex into its segment of the call's output.
+        Pushes nobody read are zeros: their scatter into the column-major segment cost as much
+        as a tenth of treelstm's forward; VertexOutputs writes one read after the forward here."""
+        N, xp = self.plan.N, self.xp
+        shape, size, off = next((sh, sz, o) for nm, sh, sz, o in self.pushes if nm == name)
+        # the lazy graph's reshape is column-major (DyNet's), so out[name] = reshape(segment,
+        # (N, *shape)) reads the segment with the vertex index fastest
+        seg = out.reshape(-1)[off:off + N * size].reshape((N,) + shape, order="F")
+        pushers = [K for K in self.kinds if name in K.t.push] if name in self.read else []
+        if sum(K.n for K in pushers) != N:
+            seg[...] = 0                    # (vertices of kinds that do not push it)
+        for K in pushers:
+            seg[K.rows.gids] = self._x(K, K.t.push[name], True, 0, K.n)
 
     def _pull_arrays(self, xp, xs):
         """name -> (N, ...) array on the device: ids, float data, or lazy-graph rows."""
@@ -555,10 +577,13 @@ class Run:
             for s in reversed(t.front):
                 if t.need[s]:
                     self._back(K, s, r0, r1, pg, lazy, False)
-            for c, j, s in t.gathers:
-                if t.phase[s] == "front" and t.alias.get(s, (None,))[0] not in K.sbs:
-                    self._gather_back(xp, gstate[j], K.rows.childpos[r0:r1, c], self._grad(K, s, r0, r1, False),
-                                      dup, assign)
+            cp = K.rows.childpos
+            for x, j, cs in t.gather_groups:
+                if x not in K.sbs:
+                    self._gather_back(xp, gstate[j], _child_rows(cp, r0, r1, cs),
+                                      _as_rows(self._grad(K, x, r0, r1, False), gstate[j]), dup, assign)
+            for c, j, s in t.front_gathers:
+                self._gather_back(xp, gstate[j], cp[r0:r1, c], self._grad(K, s, r0, r1, False), dup, assign)
         for K in kinds:
             t = K.t
             for s in self._merged(K.deferred):
@@ -644,7 +669,13 @@ class Run:
             dense = [g for g in gl if not hasattr(g, "rows")]
             rows = [g for g in gl if hasattr(g, "rows")]
             if dense:
-                d = dense[0].reshape(p.data.shape).copy() if len(dense) == 1 else sum(g.reshape(p.data.shape) for g in dense)
+                if len(dense) == 1:
+                    # the executor adds it into p.grad at once: a copy only where rows are added
+                    # into it below (it may be a view of what a later pull gradient reads)
+                    d = dense[0].reshape(p.data.shape)
+                    d = d.copy() if rows else d
+                else:
+                    d = sum(g.reshape(p.data.shape) for g in dense)
                 for r in rows:
                     _add_at(xp, d, xp.asarray(r.rows), r.vals.reshape((-1,) + p.data.shape[1:]))
                 out.append(d)

@@ -141,7 +141,10 @@ class VertexOutputs:
         # what the nodes were, to tell them from others that took their ids after a cg_revert
         # that dropped them (read first between cg_checkpoint and cg_revert)
         self._e[name] = (e, [(i, g.ops[i], g.args[i], g.attrs[i]) for i in range(n0, len(g.ops))])
-        self.run.read.add(name)
+        if name not in self.run.read:
+            self.run.read.add(name)
+            if node.i < g.exe.done:         # the call ran before anything read this output
+                self.run.write_push(g.exe.value(node.i), name)
         return e
 
     def __contains__(self, name):

@@ -21,42 +21,55 @@ class InputGraph:
     __slots__ = ("n", "child", "arity", "level", "shared_children")
 
     def __init__(self, children):
+        # per-vertex work in Python only where it cannot be helped (the levels): a bench
+        # minibatch of trees is one graph of ~2000 vertices per step, and copying each child
+        # list, padding it and checking it child by child took most of its ~1.6 ms
         try:
-            kids = [list(c) for c in children]
+            kids = children if type(children) is list else list(children)
+            try:
+                arity = list(map(len, kids))
+            except TypeError:               # child collections without a length
+                kids = [list(c) for c in kids]
+                arity = list(map(len, kids))
         except TypeError:
             raise GraphError("InputGraph: expected one list of child indices per vertex, "
                              f"got {type(children).__name__}") from None
         n = len(kids)
         if n == 0:
             raise GraphError("InputGraph: a graph needs at least one vertex")
-        arity = [len(c) for c in kids]
-        A = max(max(arity), 1)
-        flat = [u for c in kids for u in c]
-        level = self._ordered_levels(kids, flat, n)
+        flat = list(chain.from_iterable(kids))
+        self.n = n
+        self.arity = np.array(arity, dtype=np.int64)
+        self.child = level = None
+        if set(map(type, flat)) <= {int} and (not flat or (min(flat) >= 0 and max(flat) < n)):
+            self.child = self._child_array(flat)
+            if (self.child < np.arange(n)[:, None]).all():     # every child listed before its parent
+                level = self._ordered_levels(kids, n)
         if level is None:                  # the general path: checks with messages, Kahn
             self._check(kids, n)
             level = _levels_kahn(kids, n)
-        self.n = n
-        pad = [-1] * A                      # (fromiter over one flat list: 2x np.array of the nested one)
-        self.child = np.fromiter(chain.from_iterable([c + pad[len(c):] for c in kids]), np.int64, n * A).reshape(n, A)
-        self.arity = np.array(arity, dtype=np.int64)
+            if self.child is None:
+                self.child = self._child_array(flat)
         self.level = np.array(level, dtype=np.int64)
         self.shared_children = len(set(flat)) != len(flat)
 
+    def _child_array(self, flat):
+        """(n, max(1, max arity)) child indices, -1 past a vertex's arity: flat (every child
+        list, one after another) written through one mask, row by row."""
+        A = max(int(self.arity.max()), 1)
+        child = np.full((self.n, A), -1, dtype=np.int64)
+        child[np.arange(A) < self.arity[:, None]] = flat
+        return child
+
     @staticmethod
-    def _ordered_levels(kids, flat, n):
-        """Levels in one pass where every child is a plain int below its parent (trees listed
-        children first, chains), else None. One Python loop over the vertices: a bench
-        minibatch builds 64 graphs of ~40 vertices per step, and checking every child one by
-        one took most of the ~30 us a graph cost."""
-        if not all(type(u) is int for u in flat) or (flat and min(flat) < 0):
-            return None
+    def _ordered_levels(kids, n):
+        """Levels in one pass, for graphs whose children all come before their parents (trees
+        listed children first, chains)."""
         level = [0] * n
+        get = level.__getitem__
         for v, c in enumerate(kids):
             if c:
-                if max(c) >= v:
-                    return None
-                level[v] = 1 + max([level[u] for u in c])
+                level[v] = 1 + max(map(get, c))
         return level
 
     @staticmethod

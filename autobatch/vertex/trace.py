@@ -265,6 +265,7 @@ class Trace:
         self.alias = self._concat_aliases(ops)
         self.instr = self._instructions(ops)
         self._gradient_writes(ops)
+        self._gather_groups()
 
     def _concat_aliases(self, ops):
         """{input symbol: (concat symbol, first column)} for vector concatenations whose inputs
@@ -329,6 +330,21 @@ class Trace:
         self.gfree = frozenset(s for s in range(len(self.src))
                                if self.phase[s] == "front" and not self.is_param[s] and s not in zero
                                and s not in self.alias and s not in self.gparts and s not in deferring)
+
+    def _gather_groups(self):
+        """gather_groups = [(concat, j, children)] for the front-phase concats of values that
+        children scattered in slot j (x = [h_l; h_r]): the concat's block, as rows of slot j,
+        is the children's rows, so forward fills it with ONE take and backward returns its
+        gradient with one scatter, instead of one strided copy per child each way.
+        front_gathers = the other front-phase gathers, one take each."""
+        gathered = {s: (c, j) for c, j, s in self.gathers if self.phase[s] == "front"}
+        self.gather_groups, grouped = [], set()
+        for x, parts in self.gparts.items():
+            cj = [gathered.get(p) for p, _, _ in parts]
+            if None not in cj and len({j for _, j in cj}) == 1:
+                self.gather_groups.append((x, cj[0][1], [c for c, _ in cj]))
+                grouped.update(p for p, _, _ in parts)
+        self.front_gathers = [g for g in self.gathers if self.phase[g[2]] == "front" and g[2] not in grouped]
 
     def key_of(self, arity, kind):
         return (arity if "arity" in self.reads else None, kind if "kind" in self.reads else None)
