@@ -18,6 +18,7 @@ from . import runtime
 from .errors import GraphError, StaleExpressionError, user_line, user_site, where_code
 from .executor import Executor
 from .ops import ShapeError
+from .ops.base import prod
 from .runtime import Strategy, parse_strategy
 from .stats import Stats
 
@@ -48,7 +49,7 @@ def _rule(op, ins, attr):
             out = _SHAPES.setdefault(out, out)
         except ShapeError as e:
             raise GraphError(f"{e} [op {op.name}, input shapes {list(ins)}, at {user_line()}]") from None
-        size = SIZE_OF[out] = _size(out)
+        size = SIZE_OF[out] = prod(out)
         # the arity is part of every signature: elementwise sigs ignore shapes, and an
         # add of 2 inputs must not batch with an esum of 3 (kernels stack input j of all nodes)
         base = (op.name, len(ins), op.sig(ins, attr)) if op.batchable else None
@@ -56,13 +57,6 @@ def _rule(op, ins, attr):
             base = _BASE_SIGS.setdefault(base, len(_BASE_SIGS))
         r = _RULES[key] = (out, size, base, op.shared_of(len(ins)))
     return r
-
-
-def _size(shape) -> int:
-    size = 1
-    for d in shape:
-        size *= d
-    return size
 
 
 class Sparse(dict):

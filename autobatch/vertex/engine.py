@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops import ProductGrad, RowGrad
+from ..ops.base import prod
 from .trace import CONST, IDS, SEED
 from . import fuse, lazygrad
 
@@ -62,13 +63,6 @@ class _All:
 
 
 _ALL = _All()
-
-
-def _size(shape):
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _take_into(xp, src, idx, out):
@@ -203,7 +197,7 @@ class Run:
         """Per-kind symbol views (into K.buf or K.g) of an arena laid out by _layout; returns
         the scatter-state views."""
         N1 = self.plan.N + 1
-        states = [arena[off:off + N1 * _size(shape)].reshape((N1,) + shape) for off, shape in self.state_offs]
+        states = [arena[off:off + N1 * prod(shape)].reshape((N1,) + shape) for off, shape in self.state_offs]
         for K, o in zip(kinds, self.offs):
             t, n = K.t, K.n
             d = {}
