@@ -119,12 +119,12 @@ class MaxDim(Op):
         return [hot * xp.expand_dims(gy.reshape(idx.shape), ax)]
 
 
-def _shifted_exp(xp, x):
-    """(exp(x - max), max) row-wise, in one temporary: the common part of softmax
-    losses, written to touch the (B, n) block as few times as possible (n is the
+def _shifted_exp(xp, x, out=None):
+    """(exp(x - max), max) row-wise, in one array (out, or a new one): the common part of
+    softmax losses, written to touch the (B, n) block as few times as possible (n is the
     vocabulary for language models, where this op is a third of the step)."""
     m = x.max(axis=1, keepdims=True)
-    e = xp.subtract(x, m)
+    e = xp.subtract(x, m, out=out)
     xp.exp(e, out=e)
     return e, m
 
@@ -156,9 +156,7 @@ class Softmax(Op):
         x = xs[0]
         y = xp.empty_like(x)
         for r0, r1 in _row_blocks(xp, x):
-            e, xc = y[r0:r1], x[r0:r1]
-            xp.subtract(xc, xc.max(axis=1, keepdims=True), out=e)
-            xp.exp(e, out=e)
+            e, _ = _shifted_exp(xp, x[r0:r1], y[r0:r1])
             e /= e.sum(axis=1, keepdims=True)
         return y
 
