@@ -199,8 +199,14 @@ class Executor:
         st.forward_batches += len(self.batches) - nb0 - sum(type(b) is ViewBatch for b in self.batches[nb0:])
         st.forward_nodes += sum(len(ids) for ids in plan)
 
-    def _gather(self, srcs, shape, sizes_flat):
-        """Stacked input from the nodes srcs: returns (array, scatter info)."""
+    def _gather(self, srcs, shape, sizes_flat, free=False):
+        """Stacked input from the nodes srcs: returns (array, scatter info); or, when free (the
+        batch's order of nodes may change) and the blocks are one contiguous block in another
+        order, (None, the order that reads it as a view).
+
+        The order is free: the agenda's (node order) interleaves the outputs of batches that
+        ran one after the other (logistic over an LSTM's i and o gates), which this turns into
+        views that later batches read in place as well."""
         o = list(itemgetter(*srcs)(self.offs)) if len(srcs) > 1 else [self.offs[srcs[0]]]
         st = self.g.stats
         if sizes_flat is not None:           # elementwise batch of mixed sizes
@@ -233,6 +239,12 @@ class Executor:
             # view, no copy; backward adds into the same view
             st.copies_skipped += 1
             return self._rows(self.buf, o0, B, size, step).reshape((B,) + shape), ("strided", srcs, (o0, step))
+        if free:
+            lo = min(o)
+            # B distinct offsets spanning B rows, each on the grid: a permutation of one block
+            if lo >= 0 and max(o) - lo == (B - 1) * size and not any((k - lo) % size for k in o) \
+                    and len(set(o)) == B:
+                return None, sorted(range(B), key=o.__getitem__)
         st.copies_done += 1
         x, index = self.be.gather(self.buf, o, size)     # index: for backward's scatter_add
         return x.reshape((B,) + shape), ("gather", srcs, index)
@@ -259,6 +271,7 @@ class Executor:
         wide = len(a0) > 4 and not shared and self._wide(ids, a0, xs, ins)
         if not wide:
             rows = itemgetter(*ids)(g.args) if B > 1 and cols is None else None
+            free = rows is not None and sizes_flat is None     # the nodes' order may change
             for j, a in enumerate(a0):
                 if j in shared:
                     xs.append(self.value(a))
@@ -266,7 +279,13 @@ class Executor:
                 else:
                     # only the stacked columns are pulled out (an affine's b and W are not)
                     srcs = [a] if B == 1 else list(cols[j]) if rows is None else list(map(itemgetter(j), rows))
-                    x, info = self._gather(srcs, g.shapes[a], sizes_flat)
+                    x, info = self._gather(srcs, g.shapes[a], sizes_flat, free)
+                    if x is None:
+                        # the first stacked input lies in one block, in another order: take
+                        # the nodes in its order, and it is a view (and backward an add)
+                        ids, rows, srcs = ([v[k] for k in info] for v in (ids, rows, srcs))
+                        x, info = self._gather(srcs, g.shapes[a], None)
+                    free = False
                     xs.append(x)
                     ins.append(info)
         data = (list(itemgetter(*ids)(g.datas)) if B > 1 else [g.datas[i0]]) if op.has_data else None

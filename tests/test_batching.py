@@ -133,6 +133,33 @@ def test_out_of_order_inputs_are_gathered(m):
         np.testing.assert_allclose(z.npvalue(), E[k] * E[3 - k], rtol=1e-6)
 
 
+def _interleaved(m, strategy):
+    """tanh over the outputs of two batches (W·x then U·x), in node order a0 b0 a1 b1 ...:
+    returns (the tanh batch's input kinds, loss, gradients of W, U, E)."""
+    dy.renew_cg(autobatching=strategy)
+    for p in (m["W"], m["U"], m["E"]):
+        p.zero_grad()
+    xs = [dy.lookup(m["E"], i) for i in (0, 3, 5)]
+    a = [m["W"] * x for x in xs]
+    b = [m["U"] * x for x in xs]
+    ts = [dy.tanh(v) for pair in zip(a, b) for v in pair]
+    loss = dy.sum_elems(dy.esum([dy.cmult(t, t) * (k + 1.0) for k, t in enumerate(ts)]))
+    loss.backward()
+    batch = [bt for bt in dy.cg().exe.batches if getattr(bt, "op", None) is not None and bt.op.name == "tanh"]
+    kinds = [info[0] for bt in batch for info in bt.ins]
+    return kinds, loss.value(), [p.grad_as_array().copy() for p in (m["W"], m["U"], m["E"])]
+
+
+def test_a_block_read_in_another_order_becomes_a_view(m):
+    kinds, loss, grads = _interleaved(m, "agenda")
+    # the batch takes its nodes in the order their inputs lie: a0 a1 a2 b0 b1 b2
+    assert kinds == ["view"], kinds
+    _, loss0, grads0 = _interleaved(m, "none")
+    np.testing.assert_allclose(loss, loss0, rtol=1e-6)
+    for g, g0 in zip(grads, grads0):
+        np.testing.assert_allclose(g, g0, rtol=1e-5, atol=1e-7)
+
+
 def _check_stats(s, g):
     assert s["nodes"] == g.node_count()
     computed = [i for i in range(g.node_count()) if g.sigs[i] >= 0 and g.exe.offs[i] >= 0]
