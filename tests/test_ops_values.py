@@ -288,3 +288,32 @@ def test_softmax_and_log_softmax_in_row_blocks(block, shape, monkeypatch):
     np.testing.assert_allclose(y, np.log(p), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(reduce.LogSoftmax.backward(np, [x], y, gy, None, None)[0],
                                gy - p * gy.sum(axis=1, keepdims=True), rtol=1e-10, atol=1e-12)
+
+
+def test_affine_product_layout_by_batch_rows():
+    """W·x over a batch of stacked x's: small batches run W·Xᵀ (copied into the batch's block),
+    bigger ones X·Wᵀ straight into the block (xp.matmul with out=, no temporary) from 97 rows
+    on (with W out of cache, as it is in a real pass, that is the faster one from ~100 rows);
+    every size equals the formula."""
+    from autobatch.ops import linalg
+
+    class SpyNumpy:
+        __name__ = "numpy"
+
+        def __init__(self):
+            self.calls = 0
+
+        def matmul(self, *a, **k):
+            self.calls += 1
+            return np.matmul(*a, **k)
+
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((6, 4))
+    b = rng.standard_normal(6)
+    for rows, direct in ((8, False), (96, False), (97, True), (128, True), (300, True)):
+        x = rng.standard_normal((rows, 4))
+        out = np.empty((rows, 6))
+        xp = SpyNumpy()
+        linalg.Affine.forward_into(xp, [b, w, x], None, None, out)
+        assert (xp.calls == 1) == direct, rows
+        np.testing.assert_allclose(out, x @ w.T + b, rtol=1e-12, atol=1e-12)
