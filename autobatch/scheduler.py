@@ -232,15 +232,17 @@ def _inputs(args, nodes, lo, sig_all):
     return src[keep], dst[keep]
 
 
-def _late_levels_np(lo, hi, args, sig_all, pend, uses, level, ns):
+def _late_levels_np(lo, args, sig_all, pend, sig, uses, level, top, ns):
     """_near_end + _late_levels with NumPy over the end region, for large forwards: updates
-    `level` (local ids, depth - base) in place with the same result as the Python versions.
-    Returns whether any level changed."""
-    n = hi - lo
-    # heights: reverse Kahn walk from the sinks, _NEAR_END levels deep
-    left = uses.copy()
-    height = np.full(n, -1, dtype=np.int64)
-    frontier = pend[uses[pend] == 0]
+    `level` (local ids, depth - base; top: its highest pending value) in place with the same
+    result as the Python versions. `uses` (consumer counts, an array of its own) is used up
+    by the walk. Returns the nodes whose level changed."""
+    # heights: reverse Kahn walk from the sinks, _NEAR_END levels deep; every node enters
+    # one frontier, so the frontiers are the end region, with no graph-sized height array
+    left = uses
+    frontier = np.flatnonzero(uses == 0)
+    frontier = frontier[sig_all[frontier] >= 0]
+    fronts = []
     # the frontiers' input edges, kept for the lift below (gathering them is most of this
     # function's time); the last frontier's inputs need none: they lie more than _NEAR_END
     # steps above a sink, so at a depth below every level a node of the region gets
@@ -248,41 +250,36 @@ def _late_levels_np(lo, hi, args, sig_all, pend, uses, level, ns):
     for h in range(_NEAR_END + 1):
         if len(frontier) == 0:
             break
-        height[frontier] = h
+        fronts.append(frontier)
         if h == _NEAR_END:
             break
         preds, dst = _inputs(args, frontier, lo, sig_all)
         edges.append((preds, dst))
         if len(preds) == 0:
             break
-        left -= np.bincount(preds, minlength=n)
+        np.subtract.at(left, preds, 1)              # the region's size, not the graph's
         frontier = _unique(preds[left[preds] == 0])   # a node fed twice appears twice
-    near = np.flatnonzero(height >= 0)
-    if len(near) == 0:
-        return False
+    if not fronts:
+        return pend[:0]
+    near = np.concatenate(fronts)
+    height = np.repeat(np.arange(len(fronts)), [len(f) for f in fronts])
     # signatures all of whose nodes are near and that take fewer levels as late as possible
-    s_near, h_near, d_near = sig_all[near], height[near], level[near]
-    count = np.bincount(sig_all[pend], minlength=ns)
+    s_near, d_near = sig_all[near], level[near]
+    count = np.bincount(sig, minlength=ns)
     full = np.bincount(s_near, minlength=ns) == count
-    m = int(max(h_near.max(), d_near.max())) + 1
-    n_h = np.bincount(_unique(s_near * m + h_near) // m, minlength=ns)
+    m = int(max(height[-1], d_near.max())) + 1
+    n_h = np.bincount(_unique(s_near * m + height) // m, minlength=ns)
     n_d = np.bincount(_unique(s_near * m + d_near) // m, minlength=ns)
-    late = full & (n_h < n_d)
-    moved = near[late[s_near]]
-    if len(moved) == 0:
-        return False
-    top = int(level[pend].max())
-    level[moved] = top - height[moved]
-    # lift every near node above its inputs (longest path within the end region)
-    es = np.concatenate([e[0] for e in edges])
-    ed = np.concatenate([e[1] for e in edges])
-    for _ in range(_NEAR_END + 2):
-        want = level[es] + 1
-        bad = want > level[ed]
-        if not bad.any():
-            break
-        np.maximum.at(level, ed[bad], want[bad])
-    return True
+    late = (full & (n_h < n_d))[s_near]
+    if not late.any():
+        return pend[:0]
+    level[near[late]] = top - height[late]
+    # lift every near node above its inputs (longest path within the end region): an input
+    # of a node of frontier h is far or in a later frontier, so one pass from the last
+    # frontier to the sinks meets every input after its own lift
+    for preds, dst in reversed(edges):
+        np.maximum.at(level, dst, level[preds] + 1)
+    return near[level[near] != d_near]
 
 
 def _agenda(lo, hi, sigs, depths, args, heavy_of_sig, uses):
@@ -310,17 +307,29 @@ def _agenda(lo, hi, sigs, depths, args, heavy_of_sig, uses):
         return []
     depth_all = _ints(depths, lo, hi)
     sig = sig_all[pend]
-    base = int(depth_all[pend].min())
+    depth = depth_all[pend]
+    base = int(depth.min())
     level = depth_all - base
     ns = int(sig.max()) + 1
-    depth_level = level[pend].copy()
-    if _late_levels_np(lo, hi, args, sig_all, pend, _ints(uses, lo, hi), level, ns) and \
-            len(_unique(level[pend] * ns + sig)) > len(_unique(depth_level * ns + sig)):
-        level[pend] = depth_level     # never more batches than depth batching
+    moved = _late_levels_np(lo, args, sig_all, pend, sig, _ints(uses, lo, hi), level,
+                            int(depth.max()) - base, ns)
+    if len(moved) and _more_batches(level, depth_all, pend, sig, sig_all, moved, ns):
+        level[moved] = depth_all[moved] - base     # never more batches than depth batching
     heavy = np.array([heavy_of_sig(t) for t in range(ns)], dtype=np.int64)
     key = (level[pend] * 2 + heavy[sig]) * ns + sig   # level, then cheap ops first, then signature
     order = _stable_order(key)            # stable: ids stay ascending in a batch
     return _split(pend[order] + lo, key[order])
+
+
+def _more_batches(level, depth, pend, sig, sig_all, moved, ns):
+    """Whether `level` makes more (level, signature) groups of the pending nodes than `depth`,
+    from which it differs at the nodes `moved` only: counted over the nodes of their
+    signatures, whose groups alone can differ (the loss heads, not every LSTM gate)."""
+    hit = np.zeros(ns, dtype=bool)
+    hit[sig_all[moved]] = True
+    mine = hit[sig]
+    nodes, s = pend[mine], sig[mine]
+    return len(_unique(level[nodes] * ns + s)) > len(_unique(depth[nodes] * ns + s))
 
 
 _PAD_WIDTH = 8   # successor tables wider than this use the ragged gather

@@ -251,6 +251,32 @@ def test_agenda_takes_depth_order_where_it_batches_as_well(monkeypatch):
     np.testing.assert_allclose(runs["agenda"][0], runs["depth"][0], rtol=1e-6)
 
 
+def test_batch_count_check_reads_only_the_moved_signatures_and_agrees_with_a_full_count():
+    """Whether the late levels make more batches than depth levels is counted over the
+    signatures of the moved nodes only (not every LSTM gate of the graph); the answer must
+    be the full count's, also where a moved node shares its signature with nodes that did
+    not move, and with levels that are depths less their minimum."""
+    def full(level, depth, pend, sig, ns):
+        return len(np.unique(level[pend] * ns + sig)) > len(np.unique(depth[pend] * ns + sig))
+
+    # node 1 moves away from node 0's level: one more batch, seen only by counting node 0 too
+    sig_all, depth = np.array([0, 0, 1]), np.array([3, 3, 4])
+    level, pend, moved = depth - 3, np.arange(3), np.array([1])
+    level[1] = 2
+    assert scheduler._more_batches(level, depth, pend, sig_all, sig_all, moved, 2)
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        sig_all = rng.integers(-1, 5, 40)
+        pend = np.flatnonzero(sig_all >= 0)
+        sig, ns = sig_all[pend], int(sig_all.max()) + 1
+        depth = rng.integers(2, 8, 40)
+        level = depth - 2
+        moved = rng.choice(pend, size=min(len(pend), int(rng.integers(1, 5))), replace=False)
+        level[moved] += rng.integers(1, 4, len(moved))
+        assert scheduler._more_batches(level, depth, pend, sig, sig_all, moved, ns) == \
+            full(level, depth, pend, sig, ns)
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(-3, 10 ** 6), max_size=300), st.integers(0, 2))
 def test_unique_by_counting_or_sorting_matches_numpy(xs, spread):
