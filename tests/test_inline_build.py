@@ -106,6 +106,21 @@ def test_inline_paths_append_what_add_appends(program):
         assert fast[c] == plain[c], c
 
 
+@pytest.mark.parametrize("program", [
+    # parameter nodes made after a checkpoint: the caches that name them must not serve after
+    # the revert (the inline paths read them through ComputationGraph._cols)
+    [("checkpoint", 0, 0, 0), ("affine", 0, 0, 0), ("revert", 0, 0, 0), ("affine", 0, 0, 0), ("affine", 0, 0, 0)],
+    [("checkpoint", 0, 0, 0), ("lookup", 0, 1, 2), ("revert", 0, 0, 0), ("lookup", 0, 1, 3), ("lookup", 0, 1, 4)],
+])
+def test_inline_paths_after_revert(program):
+    global NET
+    if NET is None:
+        NET = Net()
+    fast, plain = columns(False, program), columns(True, program)
+    for c in COLUMNS:
+        assert fast[c] == plain[c], c
+
+
 def test_inline_paths_are_taken(monkeypatch):
     """Most nodes of a repeated pattern must bypass add()/add1()/add2()/add_affine()."""
     net = Net()
