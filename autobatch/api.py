@@ -172,7 +172,7 @@ if type(index) is int and type(p) is _LP and update is True and g is not None:
     COLS
     r = flk.get(p)            # (out, size, sig, diff, p's node, rows)
     if r is not None and 0 <= index < r[5]:
-        a = r[4]""", ("a",), need="r[3]", depth="1", data="index", _LP=LookupParameter)
+        a = r[4]""", ("a",), need="r[3]", depth="1", data="index", params_in=("a",), _LP=LookupParameter)
 
 
 def const_lookup(p: LookupParameter, index: int) -> Expression:
@@ -226,7 +226,8 @@ if type(xs) is list and len(xs) == 3:
         if r is not None and r[4] is b and r[5] is shapes[x.i]:
             xi = x.i
             pb = r[6]
-            pw = r[7]""", ("pb", "pw", "xi"), need="r[3]", depth="depths[xi] + 1", _P=Parameter)
+            pw = r[7]""", ("pb", "pw", "xi"), need="r[3]", depth="depths[xi] + 1", params_in=("pb", "pw"),
+                                 _P=Parameter)
 
 
 def dot_product(x, y) -> Expression:

@@ -50,7 +50,7 @@ def _depth(ins, depth):
 
 
 def fast(slow, op, params: str, guard: str, ins: tuple, need: str = None, depth: str = None,
-         attr: str = None, data: str = None, **consts):
+         attr: str = None, data: str = None, params_in: tuple = (), **consts):
     """A function with slow's name, doc and signature (``params``: its parameter list as
     source) that appends one node of op itself when ``guard`` holds, else returns slow(...).
     guard: source lines ending in the ``if`` that opens the append (and, in its body, lines
@@ -59,11 +59,12 @@ def fast(slow, op, params: str, guard: str, ins: tuple, need: str = None, depth:
     line ``COLS`` unpacks g's columns and caches (read them through those names). need: the
     node's needs-gradient flag (default: differentiable and some input needs one); depth: its
     depth (default: one more than its deepest input); attr, data: source of the node's attr
-    and data, if it has them (never None: the graph stores only the ones nodes have); consts:
-    names the guard reads."""
+    and data, if it has them (never None: the graph stores only the ones nodes have);
+    params_in: the names in ins that are always parameter nodes (whose uses the graph does
+    not keep); consts: names the guard reads."""
     if need is None:
         need = "r[3] and (" + " or ".join(f"needs[{a}]" for a in ins) + ")"
-    body = _APPEND.format(depth=_depth(ins, depth), need=need, uses="\n".join(f"uses[{a}] += 1" for a in ins),
+    body = _APPEND.format(depth=_depth(ins, depth), need=need, uses="\n".join(f"uses[{a}] += 1" for a in ins if a not in params_in),
                           args=", ".join(ins), attr="" if attr is None else f"\nattrs[n] = {attr}",
                           data="" if data is None else f"\ndatas[n] = {data}")
     guard_lines = [line.replace("COLS", COLS) if line.strip() == "COLS" else line

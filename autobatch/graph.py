@@ -117,7 +117,9 @@ class ComputationGraph:
         self.sigs: list = []
         self.depths: list = []
         self.needs: list = []
-        self.uses: list = []        # number of consumers of each node
+        # number of consumers of each computed node; a parameter node's entry is not kept
+        # (the scheduler walks computed nodes only), so affine and lookup skip counting it
+        self.uses: list = []
         self.ext: dict = {}         # node -> Parameter (its value lives outside the arena)
         self.pnode: dict = {}       # (id(param), update) -> node
         self._pfast: dict = {}      # param -> node, for update=True
@@ -338,9 +340,7 @@ class ComputationGraph:
         depths, needs, uses = self.depths, self.needs, self.uses
         depths.append(depths[x] + 1)    # parameters have depth 0
         needs.append(r[3] and (needs[pb] or needs[pw] or needs[x]))
-        uses[pb] += 1
-        uses[pw] += 1
-        uses[x] += 1
+        uses[x] += 1                    # pb, pw: parameters, whose uses are not kept
         uses.append(0)
         n = len(self.sigs)
         self.args.append((pb, pw, x))
