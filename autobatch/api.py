@@ -222,9 +222,9 @@ if type(xs) is list and len(xs) == 3:
     b, w, x = xs
     if type(x) is _E and x.cg is g and type(w) is _P:
         COLS
+        xi = x.i
         r = fw.get(w)            # add_affine's last entry for W
-        if r is not None and r[4] is b and r[5] is shapes[x.i]:
-            xi = x.i
+        if r is not None and r[4] is b and r[5] is shapes[xi]:
             pb = r[6]
             pw = r[7]""", ("pb", "pw", "xi"), need="r[3]", depth="depths[xi] + 1", params_in=("pb", "pw"),
                                  _P=Parameter)
