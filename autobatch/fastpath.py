@@ -64,7 +64,8 @@ def fast(slow, op, params: str, guard: str, ins: tuple, need: str = None, depth:
     not keep); consts: names the guard reads."""
     if need is None:
         need = "r[3] and (" + " or ".join(f"needs[{a}]" for a in ins) + ")"
-    body = _APPEND.format(depth=_depth(ins, depth), need=need, uses="\n".join(f"uses[{a}] += 1" for a in ins if a not in params_in),
+    uses = "\n".join(f"uses[{a}] += 1" for a in ins if a not in params_in)
+    body = _APPEND.format(depth=_depth(ins, depth), need=need, uses=uses,
                           args=", ".join(ins), attr="" if attr is None else f"\nattrs[n] = {attr}",
                           data="" if data is None else f"\ndatas[n] = {data}")
     guard_lines = [line.replace("COLS", COLS) if line.strip() == "COLS" else line

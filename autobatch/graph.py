@@ -529,7 +529,7 @@ class ThroughAdd:
 
     # the API's inline fast paths find nothing here, so every node goes through add()
     _f1 = _f2 = _f3 = _fw = _flk = MappingProxyType({})
-    _cols = (None,) * 8 + (_f1,) * 5
+    _cols = (None,) * 8 + (_f1,) * 5    # no columns (TraceGraph), caches that stay empty
 
     def add3(self, op, a, b, c):
         return self.add(op, (a, b, c))
