@@ -169,9 +169,10 @@ def lookup(p: LookupParameter, index: int, update: bool = True) -> Expression:
 
 lookup = fastpath.fast(lookup, _LOOKUP, "p, index, update=True", """
 if type(index) is int and type(p) is _LP and update is True and g is not None:
-    r = g._flk.get(p)            # (out, size, sig, diff, p's node, rows)
+    COLS
+    r = flk.get(p)            # (out, size, sig, diff, p's node, rows)
     if r is not None and 0 <= index < r[5]:
-        a = r[4]""", ("a",), need="r[3]", depth="1", data="index", _LP=LookupParameter)
+        a = r[4]""", ("a",), need="r[3]", depth="1", data="index", params_in=("a",), _LP=LookupParameter)
 
 
 def const_lookup(p: LookupParameter, index: int) -> Expression:
@@ -220,11 +221,13 @@ affine_transform = fastpath.fast(affine_transform, _AFFINE, "xs", """
 if type(xs) is list and len(xs) == 3:
     b, w, x = xs
     if type(x) is _E and x.cg is g and type(w) is _P:
-        r = g._fw.get(w)         # add_affine's last entry for W
-        if r is not None and r[4] is b and r[5] is g.shapes[x.i]:
-            xi = x.i
+        COLS
+        xi = x.i
+        r = fw.get(w)            # add_affine's last entry for W
+        if r is not None and r[4] is b and r[5] is shapes[xi]:
             pb = r[6]
-            pw = r[7]""", ("pb", "pw", "xi"), need="r[3]", depth="depths[xi] + 1", _P=Parameter)
+            pw = r[7]""", ("pb", "pw", "xi"), need="r[3]", depth="depths[xi] + 1", params_in=("pb", "pw"),
+                                 _P=Parameter)
 
 
 def dot_product(x, y) -> Expression:
@@ -341,11 +344,12 @@ esum = fastpath.fast(esum, _ADD, "xs", """
 if type(xs) is list and len(xs) == 3:
     x, y, z = xs
     if type(x) is _E and type(y) is _E and type(z) is _E and x.cg is g and y.cg is g and z.cg is g:
+        COLS
         a = x.i
         b = y.i
         c = z.i
-        r = g._f3.get(_op)
-        if r is not None and r[4] is g.shapes[a] and r[5] is g.shapes[b] and r[6] is g.shapes[c]:""",
+        r = f3.get(_op)
+        if r is not None and r[4] is shapes[a] and r[5] is shapes[b] and r[6] is shapes[c]:""",
                      ("a", "b", "c"))
 
 
@@ -463,9 +467,10 @@ def pickneglogsoftmax(x, v: int) -> Expression:
 
 pickneglogsoftmax = fastpath.fast(pickneglogsoftmax, _PNLS, "x, v", """
 if type(v) is int and type(x) is _E and x.cg is g:
+    COLS
     a = x.i
-    r = g._f1.get(_op)
-    if r is not None and r[4] is g.shapes[a] and 0 <= v < r[4][0]:""", ("a",), data="v")
+    r = f1.get(_op)
+    if r is not None and r[4] is shapes[a] and 0 <= v < r[4][0]:""", ("a",), data="v")
 
 
 def hinge(x, index: int, m: float = 1.0) -> Expression:
@@ -521,6 +526,18 @@ def _concat2_slow(x, y):
 
 
 _concat2 = fastpath.binary(_CONCAT, _concat2_slow, 0)
+
+# [h_left, h_right] inline as well: going through _concat2 cost one more Python call
+concatenate = fastpath.fast(concatenate, _CONCAT, "xs, d=0", """
+if type(xs) is list and len(xs) == 2 and d == 0 and type(d) is int:
+    x, y = xs
+    if type(x) is _E and type(y) is _E and x.cg is g and y.cg is g:
+        COLS
+        r = f2.get(_op)
+        a = x.i
+        b = y.i
+        if r is not None and r[4] is shapes[a] and r[5] is shapes[b] and r[6] is _attr:""",
+                            ("a", "b"), attr="_attr", _attr=0)
 
 
 def concatenate_cols(xs: Sequence) -> Expression:

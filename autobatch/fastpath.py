@@ -19,19 +19,19 @@ import functools
 from . import runtime
 from .graph import Expression
 
+# the guards' line "COLS" becomes this unpacking of ComputationGraph._cols (the columns and
+# caches under these names), placed where g is known to be a graph
+COLS = "depths, needs, uses, sigs, args, shapes, attrs, datas, f1, f2, f3, fw, flk = g._cols"
+
 _APPEND = """\
-depths = g.depths
 {depth}
-needs = g.needs
 needs.append({need})
-uses = g.uses
 {uses}
 uses.append(0)
-sigs = g.sigs
 n = len(sigs)
 sigs.append(r[2])
-g.args.append(({args},)){attr}{data}
-g.shapes.append(r[0])
+args.append(({args},)){attr}{data}
+shapes.append(r[0])
 e = _E()
 e.cg = g
 e.i = n
@@ -50,21 +50,26 @@ def _depth(ins, depth):
 
 
 def fast(slow, op, params: str, guard: str, ins: tuple, need: str = None, depth: str = None,
-         attr: str = None, data: str = None, **consts):
+         attr: str = None, data: str = None, params_in: tuple = (), **consts):
     """A function with slow's name, doc and signature (``params``: its parameter list as
     source) that appends one node of op itself when ``guard`` holds, else returns slow(...).
     guard: source lines ending in the ``if`` that opens the append (and, in its body, lines
     that come before it); they bind ``r`` (the cache entry) and the input node ids named in
-    ``ins``, and must not touch g before testing it (g is None before the first graph). need: the node's needs-gradient
-    flag (default: differentiable and some input needs one); depth: its depth (default: one
-    more than its deepest input); attr, data: source of the node's attr and data, if it has
-    them (never None: the graph stores only the ones nodes have); consts: names the guard reads."""
+    ``ins``, and must not touch g before testing it (g is None before the first graph); a
+    line ``COLS`` unpacks g's columns and caches (read them through those names). need: the
+    node's needs-gradient flag (default: differentiable and some input needs one); depth: its
+    depth (default: one more than its deepest input); attr, data: source of the node's attr
+    and data, if it has them (never None: the graph stores only the ones nodes have);
+    params_in: the names in ins that are always parameter nodes (whose uses the graph does
+    not keep); consts: names the guard reads."""
     if need is None:
         need = "r[3] and (" + " or ".join(f"needs[{a}]" for a in ins) + ")"
-    body = _APPEND.format(depth=_depth(ins, depth), need=need, uses="\n".join(f"uses[{a}] += 1" for a in ins),
-                          args=", ".join(ins), attr="" if attr is None else f"\ng.attrs[n] = {attr}",
-                          data="" if data is None else f"\ng.datas[n] = {data}")
-    guard_lines = guard.strip("\n").splitlines()
+    uses = "\n".join(f"uses[{a}] += 1" for a in ins if a not in params_in)
+    body = _APPEND.format(depth=_depth(ins, depth), need=need, uses=uses,
+                          args=", ".join(ins), attr="" if attr is None else f"\nattrs[n] = {attr}",
+                          data="" if data is None else f"\ndatas[n] = {data}")
+    guard_lines = [line.replace("COLS", COLS) if line.strip() == "COLS" else line
+                   for line in guard.strip("\n").splitlines()]
     last = guard_lines[-1]
     indent = " " * (len(last) - len(last.lstrip()) + (4 if last.endswith(":") else 0))
     call = ", ".join(p.split("=")[0].strip() for p in params.split(","))
@@ -83,17 +88,19 @@ def unary(op, slow):
     """f(x) == slow(x) for an op without attr and data (tanh, logistic, ...)."""
     return fast(slow, op, "x", """
 if type(x) is _E and x.cg is g:
+    COLS
     a = x.i
-    r = g._f1.get(_op)
-    if r is not None and r[4] is g.shapes[a]:""", ("a",))
+    r = f1.get(_op)
+    if r is not None and r[4] is shapes[a]:""", ("a",))
 
 
 def binary(op, slow, attr=None):
     """f(x, y) == slow(x, y) for an op of two inputs, no data and attribute attr."""
     return fast(slow, op, "x, y", """
 if type(x) is _E and type(y) is _E and x.cg is g and y.cg is g:
-    r = g._f2.get(_op)
+    COLS
+    r = f2.get(_op)
     a = x.i
     b = y.i
-    if r is not None and r[4] is g.shapes[a] and r[5] is g.shapes[b] and r[6] is _attr:""",
+    if r is not None and r[4] is shapes[a] and r[5] is shapes[b] and r[6] is _attr:""",
                 ("a", "b"), attr=None if attr is None else "_attr", _attr=attr)

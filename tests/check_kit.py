@@ -94,3 +94,13 @@ def run_dynet_files(tmp_path, script):
     assert r.returncode == 0, r.stderr[-2000:]
     with np.load(tmp_path / "out.npz") as z:
         return {k: z[k] for k in z.files}
+
+
+def graph_columns(g, names):
+    """The named columns of graph g as lists, for comparing two ways of building a graph;
+    "uses" only for computed nodes: a parameter node's consumer count is not kept (the
+    affine and lookup fast paths skip it), so it differs between the ways."""
+    cols = {c: list(getattr(g, c)) for c in names}
+    if "uses" in cols:
+        cols["uses"] = [u if s >= 0 else None for u, s in zip(cols["uses"], g.sigs)]
+    return cols

@@ -10,7 +10,7 @@ import pytest
 import autobatch as dy
 from autobatch import recipes
 from builder_kit import sequence_loss, sig, vecs
-from check_kit import assert_batching_agrees, check_param_grads, needs_dynet, run_dynet
+from check_kit import assert_batching_agrees, check_param_grads, graph_columns, needs_dynet, run_dynet
 
 
 def ln(v, g, b):
@@ -159,7 +159,7 @@ def test_replayed_steps_build_the_same_graph(drop):
     for replay, stepwise in ((True, False), (False, False), (True, True)):
         g, loss, pc = _program(replay, stepwise, drop)
         replayed = any(callable(t) for t in g._recipes.values())
-        got = {c: list(getattr(g, c)) for c in cols}
+        got = graph_columns(g, cols)
         v = loss.value()
         loss.backward()
         runs.append((replayed, got, v, [p.grad_as_array().copy() for p in pc.parameters_list() + pc.lookup_parameters_list()]))

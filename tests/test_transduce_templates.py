@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import autobatch as dy
 from autobatch.graph import ComputationGraph
+from check_kit import graph_columns
 
 COLUMNS = ("ops", "args", "attrs", "shapes", "sizes", "sigs", "depths", "needs", "uses", "sig_op")
 BUILDERS = ("VanillaLSTMBuilder", "LSTMBuilder", "SimpleRNNBuilder", "GRUBuilder")
@@ -47,7 +48,7 @@ def _build(debug, calls):
                 dy.cg_revert()
             s = b.initial_state(update=what != "frozen")
             outs.append(dy.sum_elems(s.transduce(xs)[-1]))
-        cols = {c: list(getattr(g, c)) for c in COLUMNS}
+        cols = graph_columns(g, COLUMNS)
         loss = dy.esum(outs)
         v = loss.value()
         loss.backward()
