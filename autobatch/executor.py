@@ -38,7 +38,7 @@ def _columns(args, ids, a0):
 
 
 class Batch:
-    __slots__ = ("ids", "op", "attr", "data", "xs", "ins", "out", "n", "y", "need", "first", "wide")
+    __slots__ = ("ids", "op", "attr", "data", "xs", "ins", "out", "n", "y", "need", "wide")
 
 
 class ViewBatch:
@@ -200,14 +200,16 @@ class Executor:
         st.forward_nodes += sum(len(ids) for ids in plan)
 
     def _gather(self, srcs, shape, sizes_flat, free=False):
-        """Stacked input from the nodes srcs: returns (array, scatter info); or, when free (the
-        batch's order of nodes may change) and the blocks are one contiguous block in another
-        order, (None, the order that reads it as a view).
+        """Stacked input from the nodes srcs: returns (array, scatter info, order). order is
+        None, or, when free (the batch's order of nodes may change) and the blocks are one
+        contiguous block in another order, the order of srcs that reads it as a view (which
+        is then what the array and the info are).
 
         The order is free: the agenda's (node order) interleaves the outputs of batches that
         ran one after the other (logistic over an LSTM's i and o gates), which this turns into
         views that later batches read in place as well."""
-        o = list(itemgetter(*srcs)(self.offs)) if len(srcs) > 1 else [self.offs[srcs[0]]]
+        B = len(srcs)
+        o = list(itemgetter(*srcs)(self.offs)) if B > 1 else [self.offs[srcs[0]]]
         st = self.g.stats
         if sizes_flat is not None:           # elementwise batch of mixed sizes
             xp = self.xp
@@ -218,36 +220,42 @@ class Executor:
             else:
                 x = self.buf[idx]
             st.copies_done += 1
-            return x, ("flat", srcs, idx)
-        B = len(o)
+            return x, ("flat", srcs, idx), None
         size = self.g.sizes[srcs[0]]
+        o0 = o[0]
+        # evenly spaced offsets from o0 >= 0 are all in the arena: the usual views are
+        # recognised before any scan for sources outside it
+        if o0 >= 0:
+            step = o[1] - o0 if B > 1 else size
+            # the first gap rules out most layouts before a whole list is compared
+            if step == size and (B == 1 or o == list(range(o0, o0 + B * size, size))):
+                st.copies_skipped += 1
+                return self.buf[o0:o0 + B * size].reshape((B,) + shape), ("view", srcs, o0), None
+            if step > size and o == list(range(o0, o0 + B * step, step)):
+                # evenly spaced blocks (the left or right children of a tree level): a strided
+                # view, no copy; backward adds into the same view
+                st.copies_skipped += 1
+                return (self._rows(self.buf, o0, B, size, step).reshape((B,) + shape),
+                        ("strided", srcs, (o0, step)), None)
         if -1 in o:                            # some sources live outside the arena
             if srcs.count(srcs[0]) == B:       # one parameter for every node: broadcast, no copy
                 st.copies_skipped += 1
-                return self.xp.broadcast_to(self.value(srcs[0]), (B,) + shape), ("bcast", srcs, None)
+                return self.xp.broadcast_to(self.value(srcs[0]), (B,) + shape), ("bcast", srcs, None), None
             st.copies_done += 1
             # reshape: an elementwise batch may mix shapes of equal size ((3, 4) and (12,))
-            return self.xp.stack([self.value(a).reshape(shape) for a in srcs]), ("ext", srcs, None)
-        o0 = o[0]
-        step = o[1] - o0 if B > 1 else size
-        # the first gap rules out most layouts before a whole list is compared
-        if step == size and (B == 1 or o == list(range(o0, o0 + B * size, size))):
-            st.copies_skipped += 1
-            return self.buf[o0:o0 + B * size].reshape((B,) + shape), ("view", srcs, o0)
-        if step > size and o == list(range(o0, o0 + B * step, step)):
-            # evenly spaced blocks (the left or right children of a tree level): a strided
-            # view, no copy; backward adds into the same view
-            st.copies_skipped += 1
-            return self._rows(self.buf, o0, B, size, step).reshape((B,) + shape), ("strided", srcs, (o0, step))
+            return self.xp.stack([self.value(a).reshape(shape) for a in srcs]), ("ext", srcs, None), None
         if free:
-            lo = min(o)
-            # B distinct offsets spanning B rows, each on the grid: a permutation of one block
-            if lo >= 0 and max(o) - lo == (B - 1) * size and not any((k - lo) % size for k in o) \
-                    and len(set(o)) == B:
-                return None, sorted(range(B), key=o.__getitem__)
+            # sorted, the offsets are the rows of one block: a permutation of it
+            s = sorted(o)
+            lo = s[0]
+            if s == list(range(lo, lo + B * size, size)):
+                order = sorted(range(B), key=o.__getitem__)
+                st.copies_skipped += 1
+                return (self.buf[lo:lo + B * size].reshape((B,) + shape),
+                        ("view", list(itemgetter(*order)(srcs)), lo), order)
         st.copies_done += 1
         x, index = self.be.gather(self.buf, o, size)     # index: for backward's scatter_add
-        return x.reshape((B,) + shape), ("gather", srcs, index)
+        return x.reshape((B,) + shape), ("gather", srcs, index), None
 
     def _run(self, ids):
         g = self.g
@@ -279,12 +287,12 @@ class Executor:
                 else:
                     # only the stacked columns are pulled out (an affine's b and W are not)
                     srcs = [a] if B == 1 else list(cols[j]) if rows is None else list(map(itemgetter(j), rows))
-                    x, info = self._gather(srcs, g.shapes[a], sizes_flat, free)
-                    if x is None:
+                    x, info, order = self._gather(srcs, g.shapes[a], sizes_flat, free)
+                    if order is not None:
                         # the first stacked input lies in one block, in another order: take
                         # the nodes in its order, and it is a view (and backward an add)
-                        ids, rows, srcs = ([v[k] for k in info] for v in (ids, rows, srcs))
-                        x, info = self._gather(srcs, g.shapes[a], None)
+                        pick = itemgetter(*order)
+                        ids, rows = list(pick(ids)), pick(rows)
                     free = False
                     xs.append(x)
                     ins.append(info)
@@ -324,7 +332,6 @@ class Executor:
         b.out, b.n, b.y = off, n, y
         needs = g.needs
         b.need = any(map(needs.__getitem__, ids))
-        b.first = min(ids)
         self.batches.append(b)
         g.stats.sizes[g.sig_name(g.sigs[i0])].append(B)
 
@@ -366,7 +373,7 @@ class Executor:
         sh = shapes[a0[0]]
         if len(set(map(shapes.__getitem__, srcs))) != 1:
             return False
-        x, info = self._gather(srcs, sh, None)
+        x, info, _ = self._gather(srcs, sh, None)
         x = x.reshape((B, n) + sh)
         xs.extend([x[:, k] for k in range(n)])
         ins.append(info)
@@ -421,8 +428,11 @@ class Executor:
                 needs[n] = g.needs[n]
         nb = 0
         self._products = {}
+        # a batch whose nodes all follow the loss does not reach it; with the loss the last
+        # computed node (the usual case) no batch needs that test
+        early = i < self.done - 1
         for b in reversed(self.batches):
-            if not (b.need or full and b.y is not None and b.op.differentiable) or b.first > i:
+            if not (b.need or full and b.y is not None and b.op.differentiable) or early and min(b.ids) > i:
                 continue
             nb += 1
             gy = gbuf[b.out:b.out + b.n].reshape(b.y.shape)
