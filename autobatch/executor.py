@@ -276,7 +276,8 @@ class Executor:
                 sizes_flat = list(map(g.sizes.of, each))
         xs, ins = [], []
         # one node with many same-shape inputs (the esum of all losses): one gather
-        wide = len(a0) > 4 and not shared and self._wide(ids, a0, xs, ins)
+        wide = len(a0) > 4 and not shared and self._wide(ids, a0, xs, ins, op.has_stacked)
+        stacked = wide and op.has_stacked     # xs is then the one (B, n, *shape) block
         if not wide:
             rows = itemgetter(*ids)(g.args) if B > 1 and cols is None else None
             free = rows is not None and sizes_flat is None     # the nodes' order may change
@@ -299,10 +300,10 @@ class Executor:
         data = (list(itemgetter(*ids)(g.datas)) if B > 1 else [g.datas[i0]]) if op.has_data else None
         attr = g.attrs[i0]
         r = None
-        if op.has_into:
+        if op.has_into or stacked:
             # the result goes straight into its block: elementwise ops keep their inputs'
             # layout (a flat block when sizes differ), the others are (B, *shape)
-            if op.elementwise:
+            if op.elementwise and not stacked:
                 shape, n = xs[0].shape, xs[0].size
             else:
                 shape, n = (B,) + g.shapes[i0], B * g.sizes[i0]
@@ -312,7 +313,9 @@ class Executor:
         off = self._alloc(n, n // B if sizes_flat is None else 1)
         view = self.buf[off:off + n]
         y = view.reshape(shape)
-        if r is None:
+        if stacked:
+            op.forward_stacked(self.xp, xs[0], attr, data, y)
+        elif r is None:
             op.forward_into(self.xp, xs, attr, data, y)
         else:
             y[...] = r                          # one strided copy (and cast), whatever r's layout
@@ -363,10 +366,11 @@ class Executor:
         g.stats.view_nodes += B
         return True
 
-    def _wide(self, ids, a0, xs, ins):
+    def _wide(self, ids, a0, xs, ins, stacked):
         """Gather all inputs of all nodes of a batch of wide nodes (the per-instance esum of
         many losses) as one (B, n, *shape) block in one copy; False if the shapes differ.
-        Input j of the batch is then the view [:, j]; backward scatters them in one go."""
+        Input j of the batch is then the view [:, j], or (stacked: the op takes the block
+        whole) the block is the batch's one input; backward scatters them in one go."""
         shapes = self.g.shapes
         B, n = len(ids), len(a0)
         srcs = list(a0) if B == 1 else list(itertools.chain.from_iterable(itemgetter(*ids)(self.g.args)))
@@ -375,7 +379,7 @@ class Executor:
             return False
         x, info, _ = self._gather(srcs, sh, None)
         x = x.reshape((B, n) + sh)
-        xs.extend([x[:, k] for k in range(n)])
+        xs.extend([x] if stacked else [x[:, k] for k in range(n)])
         ins.append(info)
         return True
 
@@ -436,15 +440,13 @@ class Executor:
                 continue
             nb += 1
             gy = gbuf[b.out:b.out + b.n].reshape(b.y.shape)
-            grads = b.op.backward(xp, b.xs, b.y, gy, b.attr, b.data)
-            a0 = g.args[b.ids[0]]
             if b.wide:
                 info = b.ins[0]
                 if any(map(needs.__getitem__, info[1])):
-                    B = len(b.ids)    # rows in gather order: node-major, (B·n, size)
-                    self._scatter(gbuf, info, xp.stack([gr.reshape(B, -1) for gr in grads], axis=1)
-                                  .reshape(B * len(grads), -1))
+                    self._scatter(gbuf, info, self._wide_grad(b, gy))
                 continue
+            grads = b.op.backward(xp, b.xs, b.y, gy, b.attr, b.data)
+            a0 = g.args[b.ids[0]]
             for j, gr in enumerate(grads):
                 if gr is None:
                     continue
@@ -466,6 +468,15 @@ class Executor:
         st.engine_s += t1 - t0
         st.backward_calls += 1
         g._t_mark = t1
+
+    def _wide_grad(self, b, gy):
+        """The gradients of a batch of wide nodes in gather order: node-major, (B·n, size)."""
+        xp, B = self.xp, len(b.ids)
+        if b.op.has_stacked:
+            gx = b.op.backward_stacked(xp, b.xs[0], b.y, gy, b.attr, b.data)
+            return gx.reshape(B * gx.shape[1], -1)
+        grads = b.op.backward(xp, b.xs, b.y, gy, b.attr, b.data)
+        return xp.stack([gr.reshape(B, -1) for gr in grads], axis=1).reshape(B * len(grads), -1)
 
     _MERGE_BELOW = 256    # products of batches with fewer rows wait to be merged
 
