@@ -38,7 +38,7 @@ def _columns(args, ids, a0):
 
 
 class Batch:
-    __slots__ = ("ids", "op", "attr", "data", "xs", "ins", "out", "n", "y", "need", "first", "wide")
+    __slots__ = ("ids", "op", "attr", "data", "xs", "ins", "out", "n", "y", "need", "wide")
 
 
 class ViewBatch:
@@ -200,14 +200,16 @@ class Executor:
         st.forward_nodes += sum(len(ids) for ids in plan)
 
     def _gather(self, srcs, shape, sizes_flat, free=False):
-        """Stacked input from the nodes srcs: returns (array, scatter info); or, when free (the
-        batch's order of nodes may change) and the blocks are one contiguous block in another
-        order, (None, the order that reads it as a view).
+        """Stacked input from the nodes srcs: returns (array, scatter info, order). order is
+        None, or, when free (the batch's order of nodes may change) and the blocks are one
+        contiguous block in another order, the order of srcs that reads it as a view (which
+        is then what the array and the info are).
 
         The order is free: the agenda's (node order) interleaves the outputs of batches that
         ran one after the other (logistic over an LSTM's i and o gates), which this turns into
         views that later batches read in place as well."""
-        o = list(itemgetter(*srcs)(self.offs)) if len(srcs) > 1 else [self.offs[srcs[0]]]
+        B = len(srcs)
+        o = list(itemgetter(*srcs)(self.offs)) if B > 1 else [self.offs[srcs[0]]]
         st = self.g.stats
         if sizes_flat is not None:           # elementwise batch of mixed sizes
             xp = self.xp
@@ -218,36 +220,42 @@ class Executor:
             else:
                 x = self.buf[idx]
             st.copies_done += 1
-            return x, ("flat", srcs, idx)
-        B = len(o)
+            return x, ("flat", srcs, idx), None
         size = self.g.sizes[srcs[0]]
+        o0 = o[0]
+        # evenly spaced offsets from o0 >= 0 are all in the arena: the usual views are
+        # recognised before any scan for sources outside it
+        if o0 >= 0:
+            step = o[1] - o0 if B > 1 else size
+            # the first gap rules out most layouts before a whole list is compared
+            if step == size and (B == 1 or o == list(range(o0, o0 + B * size, size))):
+                st.copies_skipped += 1
+                return self.buf[o0:o0 + B * size].reshape((B,) + shape), ("view", srcs, o0), None
+            if step > size and o == list(range(o0, o0 + B * step, step)):
+                # evenly spaced blocks (the left or right children of a tree level): a strided
+                # view, no copy; backward adds into the same view
+                st.copies_skipped += 1
+                return (self._rows(self.buf, o0, B, size, step).reshape((B,) + shape),
+                        ("strided", srcs, (o0, step)), None)
         if -1 in o:                            # some sources live outside the arena
             if srcs.count(srcs[0]) == B:       # one parameter for every node: broadcast, no copy
                 st.copies_skipped += 1
-                return self.xp.broadcast_to(self.value(srcs[0]), (B,) + shape), ("bcast", srcs, None)
+                return self.xp.broadcast_to(self.value(srcs[0]), (B,) + shape), ("bcast", srcs, None), None
             st.copies_done += 1
             # reshape: an elementwise batch may mix shapes of equal size ((3, 4) and (12,))
-            return self.xp.stack([self.value(a).reshape(shape) for a in srcs]), ("ext", srcs, None)
-        o0 = o[0]
-        step = o[1] - o0 if B > 1 else size
-        # the first gap rules out most layouts before a whole list is compared
-        if step == size and (B == 1 or o == list(range(o0, o0 + B * size, size))):
-            st.copies_skipped += 1
-            return self.buf[o0:o0 + B * size].reshape((B,) + shape), ("view", srcs, o0)
-        if step > size and o == list(range(o0, o0 + B * step, step)):
-            # evenly spaced blocks (the left or right children of a tree level): a strided
-            # view, no copy; backward adds into the same view
-            st.copies_skipped += 1
-            return self._rows(self.buf, o0, B, size, step).reshape((B,) + shape), ("strided", srcs, (o0, step))
+            return self.xp.stack([self.value(a).reshape(shape) for a in srcs]), ("ext", srcs, None), None
         if free:
-            lo = min(o)
-            # B distinct offsets spanning B rows, each on the grid: a permutation of one block
-            if lo >= 0 and max(o) - lo == (B - 1) * size and not any((k - lo) % size for k in o) \
-                    and len(set(o)) == B:
-                return None, sorted(range(B), key=o.__getitem__)
+            # sorted, the offsets are the rows of one block: a permutation of it
+            s = sorted(o)
+            lo = s[0]
+            if s == list(range(lo, lo + B * size, size)):
+                order = sorted(range(B), key=o.__getitem__)
+                st.copies_skipped += 1
+                return (self.buf[lo:lo + B * size].reshape((B,) + shape),
+                        ("view", list(itemgetter(*order)(srcs)), lo), order)
         st.copies_done += 1
         x, index = self.be.gather(self.buf, o, size)     # index: for backward's scatter_add
-        return x.reshape((B,) + shape), ("gather", srcs, index)
+        return x.reshape((B,) + shape), ("gather", srcs, index), None
 
     def _run(self, ids):
         g = self.g
@@ -268,7 +276,8 @@ class Executor:
                 sizes_flat = list(map(g.sizes.of, each))
         xs, ins = [], []
         # one node with many same-shape inputs (the esum of all losses): one gather
-        wide = len(a0) > 4 and not shared and self._wide(ids, a0, xs, ins)
+        wide = len(a0) > 4 and not shared and self._wide(ids, a0, xs, ins, op.has_stacked)
+        stacked = wide and op.has_stacked     # xs is then the one (B, n, *shape) block
         if not wide:
             rows = itemgetter(*ids)(g.args) if B > 1 and cols is None else None
             free = rows is not None and sizes_flat is None     # the nodes' order may change
@@ -279,22 +288,22 @@ class Executor:
                 else:
                     # only the stacked columns are pulled out (an affine's b and W are not)
                     srcs = [a] if B == 1 else list(cols[j]) if rows is None else list(map(itemgetter(j), rows))
-                    x, info = self._gather(srcs, g.shapes[a], sizes_flat, free)
-                    if x is None:
+                    x, info, order = self._gather(srcs, g.shapes[a], sizes_flat, free)
+                    if order is not None:
                         # the first stacked input lies in one block, in another order: take
                         # the nodes in its order, and it is a view (and backward an add)
-                        ids, rows, srcs = ([v[k] for k in info] for v in (ids, rows, srcs))
-                        x, info = self._gather(srcs, g.shapes[a], None)
+                        pick = itemgetter(*order)
+                        ids, rows = list(pick(ids)), pick(rows)
                     free = False
                     xs.append(x)
                     ins.append(info)
         data = (list(itemgetter(*ids)(g.datas)) if B > 1 else [g.datas[i0]]) if op.has_data else None
         attr = g.attrs[i0]
         r = None
-        if op.has_into:
+        if op.has_into or stacked:
             # the result goes straight into its block: elementwise ops keep their inputs'
             # layout (a flat block when sizes differ), the others are (B, *shape)
-            if op.elementwise:
+            if op.elementwise and not stacked:
                 shape, n = xs[0].shape, xs[0].size
             else:
                 shape, n = (B,) + g.shapes[i0], B * g.sizes[i0]
@@ -304,7 +313,9 @@ class Executor:
         off = self._alloc(n, n // B if sizes_flat is None else 1)
         view = self.buf[off:off + n]
         y = view.reshape(shape)
-        if r is None:
+        if stacked:
+            op.forward_stacked(self.xp, xs[0], attr, data, y)
+        elif r is None:
             op.forward_into(self.xp, xs, attr, data, y)
         else:
             y[...] = r                          # one strided copy (and cast), whatever r's layout
@@ -324,7 +335,6 @@ class Executor:
         b.out, b.n, b.y = off, n, y
         needs = g.needs
         b.need = any(map(needs.__getitem__, ids))
-        b.first = min(ids)
         self.batches.append(b)
         g.stats.sizes[g.sig_name(g.sigs[i0])].append(B)
 
@@ -356,19 +366,20 @@ class Executor:
         g.stats.view_nodes += B
         return True
 
-    def _wide(self, ids, a0, xs, ins):
+    def _wide(self, ids, a0, xs, ins, stacked):
         """Gather all inputs of all nodes of a batch of wide nodes (the per-instance esum of
         many losses) as one (B, n, *shape) block in one copy; False if the shapes differ.
-        Input j of the batch is then the view [:, j]; backward scatters them in one go."""
+        Input j of the batch is then the view [:, j], or (stacked: the op takes the block
+        whole) the block is the batch's one input; backward scatters them in one go."""
         shapes = self.g.shapes
         B, n = len(ids), len(a0)
         srcs = list(a0) if B == 1 else list(itertools.chain.from_iterable(itemgetter(*ids)(self.g.args)))
         sh = shapes[a0[0]]
         if len(set(map(shapes.__getitem__, srcs))) != 1:
             return False
-        x, info = self._gather(srcs, sh, None)
+        x, info, _ = self._gather(srcs, sh, None)
         x = x.reshape((B, n) + sh)
-        xs.extend([x[:, k] for k in range(n)])
+        xs.extend([x] if stacked else [x[:, k] for k in range(n)])
         ins.append(info)
         return True
 
@@ -421,20 +432,21 @@ class Executor:
                 needs[n] = g.needs[n]
         nb = 0
         self._products = {}
+        # a batch whose nodes all follow the loss does not reach it; with the loss the last
+        # computed node (the usual case) no batch needs that test
+        early = i < self.done - 1
         for b in reversed(self.batches):
-            if not (b.need or full and b.y is not None and b.op.differentiable) or b.first > i:
+            if not (b.need or full and b.y is not None and b.op.differentiable) or early and min(b.ids) > i:
                 continue
             nb += 1
             gy = gbuf[b.out:b.out + b.n].reshape(b.y.shape)
-            grads = b.op.backward(xp, b.xs, b.y, gy, b.attr, b.data)
-            a0 = g.args[b.ids[0]]
             if b.wide:
                 info = b.ins[0]
                 if any(map(needs.__getitem__, info[1])):
-                    B = len(b.ids)    # rows in gather order: node-major, (B·n, size)
-                    self._scatter(gbuf, info, xp.stack([gr.reshape(B, -1) for gr in grads], axis=1)
-                                  .reshape(B * len(grads), -1))
+                    self._scatter(gbuf, info, self._wide_grad(b, gy))
                 continue
+            grads = b.op.backward(xp, b.xs, b.y, gy, b.attr, b.data)
+            a0 = g.args[b.ids[0]]
             for j, gr in enumerate(grads):
                 if gr is None:
                     continue
@@ -456,6 +468,15 @@ class Executor:
         st.engine_s += t1 - t0
         st.backward_calls += 1
         g._t_mark = t1
+
+    def _wide_grad(self, b, gy):
+        """The gradients of a batch of wide nodes in gather order: node-major, (B·n, size)."""
+        xp, B = self.xp, len(b.ids)
+        if b.op.has_stacked:
+            gx = b.op.backward_stacked(xp, b.xs[0], b.y, gy, b.attr, b.data)
+            return gx.reshape(B * gx.shape[1], -1)
+        grads = b.op.backward(xp, b.xs, b.y, gy, b.attr, b.data)
+        return xp.stack([gr.reshape(B, -1) for gr in grads], axis=1).reshape(B * len(grads), -1)
 
     _MERGE_BELOW = 256    # products of batches with fewer rows wait to be merged
 

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import autobatch as dy
-from autobatch.ops.base import Op
+from autobatch.ops.base import OPS, Op
 from autobatch.runtime import Strategy
 from autobatch.scheduler import schedule
 
@@ -311,6 +311,55 @@ def test_batch_of_wide_sums_is_one_gather_with_the_same_gradients(f64, m):
     np.testing.assert_allclose(v1, v0, rtol=1e-12)
     for a, b in zip(g1, g0):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("wide", [dy.esum, dy.average])
+def test_batch_of_wide_sums_runs_one_kernel_over_the_stacked_block(f64, m, wide):
+    """A batch of wide sums (or averages) hands the op all its inputs as the one (B, n, *shape)
+    block it gathered (Op.forward_stacked: one sum over an axis instead of n adds), with the
+    values and gradients of the same sums written as chains of two-input adds."""
+    def run(fn):
+        for p in (m["W"], m["b"], m["E"]):
+            p.zero_grad()
+        dy.renew_cg("agenda")
+        sums = []
+        for k in range(3):
+            terms = [dy.tanh(m["W"] * m["E"][(k + j) % 7] + m["b"]) for j in range(6)]
+            sums.append(dy.sum_elems(fn(terms)) * (k + 1))
+        loss = dy.esum(sums[:2]) + sums[2]
+        v = loss.value()
+        loss.backward()
+        return v, [p.grad_as_array().copy() for p in (m["W"], m["b"], m["E"])]
+
+    def chain(terms):
+        y = terms[0]
+        for t in terms[1:]:
+            y = y + t
+        return y if wide is dy.esum else y * (1.0 / len(terms))
+    v1, g1 = run(wide)
+    stacked = [b for b in dy.cg().exe.batches if b.wide]
+    assert stacked and all(len(b.xs) == 1 and b.xs[0].shape == (3, 6, 3) for b in stacked)
+    v0, g0 = run(chain)
+    np.testing.assert_allclose(v1, v0, rtol=1e-12)
+    for a, b in zip(g1, g0):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, op in OPS.items() if op.has_stacked))
+def test_forward_stacked_equals_forward_over_the_inputs(name):
+    """forward_stacked and backward_stacked over a (B, n, *shape) block give what forward and
+    backward give over its n inputs."""
+    op = OPS[name]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 6, 4))
+    xs = [x[:, k] for k in range(6)]
+    want = op.forward(np, xs, None, None)
+    out = np.empty((3, 4))
+    op.forward_stacked(np, x, None, None, out)
+    np.testing.assert_allclose(out, want, rtol=1e-12)
+    gy = rng.standard_normal((3, 4))
+    np.testing.assert_allclose(op.backward_stacked(np, x, out, gy, None, None),
+                               np.stack(op.backward(np, xs, want, gy, None, None), axis=1), rtol=1e-12)
 
 
 @pytest.mark.parametrize("strategy", ["none", "agenda"])

@@ -241,3 +241,18 @@ def test_renewed_graph_is_freed_without_the_cycle_collector():
         assert ref() is None
     finally:
         gc.enable()
+
+
+def test_backward_of_an_early_loss_skips_the_batches_after_it():
+    """backward() from a loss that precedes other computed nodes runs no batch made only
+    of later nodes: a lookup there would mark its rows used (and a sparse update would move
+    them) with a zero gradient."""
+    model = dy.Model()
+    W, E = model.add_parameters((3, 3)), model.add_lookup_parameters((6, 3))
+    dy.renew_cg()
+    l1 = dy.sum_elems(dy.tanh(W * dy.inputVector([1.0, 2.0, 3.0])))
+    l2 = dy.sum_elems(dy.tanh(E[2]))
+    l2.value()                 # computes l1's nodes too
+    l1.backward()
+    assert W.grad_as_array().any()
+    assert len(E.used_rows()) == 0

@@ -128,6 +128,7 @@ class Op:
     name = "?"
     has_view = False      # set for subclasses that define view()
     has_into = False      # set for subclasses that define forward_into()
+    has_stacked = False   # set for subclasses that define forward_stacked()
     shared: tuple[int, ...] = ()
     elementwise = False
     heavy = False
@@ -140,6 +141,7 @@ class Op:
         super().__init_subclass__(**kw)
         cls.has_view = cls.view is not Op.view
         cls.has_into = cls.forward_into is not Op.forward_into
+        cls.has_stacked = cls.forward_stacked is not Op.forward_stacked
 
     def shared_of(self, n_inputs: int) -> tuple[int, ...]:
         """Which inputs are shared, for a node with n_inputs inputs."""
@@ -179,6 +181,18 @@ class Op:
     def backward(self, xp, xs: list, y, gy, attr: Any, data: list | None) -> list:
         """One gradient per input (same layout as the input; shared inputs get the
         gradient summed over the batch, or a RowGrad), None where not needed."""
+        raise NotImplementedError
+
+    # --- optional: batches of wide nodes ------------------------------------------------
+    def forward_stacked(self, xp, x, attr: Any, data: list | None, out) -> None:
+        """forward_into() of B nodes of n same-shape inputs each, all in one (B, n, *shape)
+        block x (how the engine gathers such a batch: an esum of many losses): one kernel over
+        the block instead of one per input. Optional; backward_stacked goes with it."""
+        raise NotImplementedError
+
+    def backward_stacked(self, xp, x, y, gy, attr: Any, data: list | None):
+        """The gradients of forward_stacked's inputs as one array shaped like x (a
+        broadcast view will do: the engine only reads it)."""
         raise NotImplementedError
 
     # --- optional: what the vertex engine (vertex/) may do with an op -------------------

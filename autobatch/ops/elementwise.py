@@ -234,6 +234,12 @@ class Add(NAry):
     def backward(self, xp, xs, y, gy, attr, data):
         return [gy] * len(xs)
 
+    def forward_stacked(self, xp, x, attr, data, out):
+        x.sum(axis=1, out=out)
+
+    def backward_stacked(self, xp, x, y, gy, attr, data):
+        return xp.broadcast_to(gy[:, None], x.shape)
+
 
 @register
 class Sub(NAry):
@@ -295,6 +301,13 @@ class Average(NAry):
     def backward(self, xp, xs, y, gy, attr, data):
         g = gy * (1.0 / len(xs))
         return [g] * len(xs)
+
+    def forward_stacked(self, xp, x, attr, data, out):
+        x.sum(axis=1, out=out)
+        out *= 1.0 / x.shape[1]
+
+    def backward_stacked(self, xp, x, y, gy, attr, data):
+        return xp.broadcast_to((gy * (1.0 / x.shape[1]))[:, None], x.shape)
 
 
 @register
