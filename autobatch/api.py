@@ -528,16 +528,9 @@ def _concat2_slow(x, y):
 _concat2 = fastpath.binary(_CONCAT, _concat2_slow, 0)
 
 # [h_left, h_right] inline as well: going through _concat2 cost one more Python call
-concatenate = fastpath.fast(concatenate, _CONCAT, "xs, d=0", """
+concatenate = fastpath.binary(_CONCAT, concatenate, 0, params="xs, d=0", unpack="""
 if type(xs) is list and len(xs) == 2 and d == 0 and type(d) is int:
-    x, y = xs
-    if type(x) is _E and type(y) is _E and x.cg is g and y.cg is g:
-        COLS
-        r = f2.get(_op)
-        a = x.i
-        b = y.i
-        if r is not None and r[4] is shapes[a] and r[5] is shapes[b] and r[6] is _attr:""",
-                            ("a", "b"), attr="_attr", _attr=0)
+    x, y = xs""")
 
 
 def concatenate_cols(xs: Sequence) -> Expression:

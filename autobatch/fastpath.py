@@ -15,6 +15,7 @@ depends on the cache (input shapes, attr, parameter nodes; see ComputationGraph.
 from __future__ import annotations
 
 import functools
+import textwrap
 
 from . import runtime
 from .graph import Expression
@@ -94,13 +95,18 @@ if type(x) is _E and x.cg is g:
     if r is not None and r[4] is shapes[a]:""", ("a",))
 
 
-def binary(op, slow, attr=None):
-    """f(x, y) == slow(x, y) for an op of two inputs, no data and attribute attr."""
-    return fast(slow, op, "x, y", """
+_BINARY = """\
 if type(x) is _E and type(y) is _E and x.cg is g and y.cg is g:
     COLS
     r = f2.get(_op)
     a = x.i
     b = y.i
-    if r is not None and r[4] is shapes[a] and r[5] is shapes[b] and r[6] is _attr:""",
-                ("a", "b"), attr=None if attr is None else "_attr", _attr=attr)
+    if r is not None and r[4] is shapes[a] and r[5] is shapes[b] and r[6] is _attr:"""
+
+
+def binary(op, slow, attr=None, params: str = "x, y", unpack: str = None):
+    """f(x, y) == slow(x, y) for an op of two inputs, no data and attribute attr. params,
+    unpack: slow's parameter list, and guard lines that bind x and y from it when they are
+    not its parameters (concatenate's [x, y]); the rest of the guard goes inside them."""
+    guard = _BINARY if unpack is None else unpack.strip("\n") + "\n" + textwrap.indent(_BINARY, "    ")
+    return fast(slow, op, params, guard, ("a", "b"), attr=None if attr is None else "_attr", _attr=attr)
