@@ -334,8 +334,8 @@ class Run:
             launches += self._launches(t, t.post)
         # (a block the executor hands over, not a fresh zeroed array that it then copies)
         out = xp.empty((1, self.total), dtype=dtype) if out is None else out
-        for name in self.pushes:
-            self.write_push(out, name[0])
+        for name, *_ in self.pushes:
+            self.write_push(out, name)
         self.stats = dict(vertices=N, frontiers=len(plan.steps), depth=plan.depth, kinds=len(kinds),
                           forward_launches=launches)
         return out
