@@ -68,6 +68,10 @@ class Executor:
         # every node made a view of its input's memory (op.view) since the last invalidate;
         # entries of views undone later only cost _disjoint its fast path
         self.viewed: set = set()
+        # first node -> live batch whose output is one block of equal rows in the order of its
+        # ids: an input that is exactly that batch's nodes (logistic over an affine batch) is
+        # then read as a view after one dict lookup and one list compare, without the offsets
+        self.blocks: dict = {}
 
     def release(self):
         """The graph was renewed: recycle the arena (no view of it survives: values
@@ -75,6 +79,7 @@ class Executor:
         Dropping the graph breaks the graph <-> executor cycle, so the old graph is freed
         by reference counting at once instead of waiting for a full gc collection."""
         self.batches = []
+        self.blocks = {}
         self.offs = []
         memory.give(self.buf)
         memory.give(self.gbuf)
@@ -85,6 +90,7 @@ class Executor:
         """Forget every computed value (the arena is reused from its start): batches mix
         nodes from all over the graph, so no smaller reset is safe after an input changed."""
         self.batches = []
+        self.blocks = {}
         self.viewed = set()
         self.offs = [-1] * len(self.offs)
         self.top = 0
@@ -101,11 +107,18 @@ class Executor:
         self.gbuf = None
         while self.runs and self.done > n:
             lo, nb, top = self.runs.pop()
-            del self.batches[nb:]
+            self._drop_batches(nb)
             self.top = top
             self.offs[lo:] = [-1] * (len(self.offs) - lo)
             self.done = lo
         del self.offs[n:]
+
+    def _drop_batches(self, nb):
+        """Forget batches [nb:] (their nodes' ids may be reused): every node is in one live
+        batch, so a dropped batch's first node keys no other batch in self.blocks."""
+        for b in self.batches[nb:]:
+            self.blocks.pop(b.ids[0], None)
+        del self.batches[nb:]
 
     def mark_external(self, n):
         self._grow_offs(n + 1)
@@ -180,7 +193,7 @@ class Executor:
                 st.sizes[name].pop()
                 if not st.sizes[name]:
                     del st.sizes[name]
-            del self.batches[nb0:]
+            self._drop_batches(nb0)
             self.top = top0
             self.runs.pop()
             if hasattr(e, "add_note"):     # Python >= 3.11
@@ -209,8 +222,14 @@ class Executor:
         ran one after the other (logistic over an LSTM's i and o gates), which this turns into
         views that later batches read in place as well."""
         B = len(srcs)
-        o = list(itemgetter(*srcs)(self.offs)) if B > 1 else [self.offs[srcs[0]]]
         st = self.g.stats
+        if sizes_flat is None:
+            b = self.blocks.get(srcs[0])
+            # the row-size test: the same nodes read with another shape are not that block
+            if b is not None and b.ids == srcs and b.n == B * self.g.sizes[srcs[0]]:
+                st.copies_skipped += 1
+                return self.buf[b.out:b.out + b.n].reshape((B,) + shape), ("view", srcs, b.out), None
+        o = list(itemgetter(*srcs)(self.offs)) if B > 1 else [self.offs[srcs[0]]]
         if sizes_flat is not None:           # elementwise batch of mixed sizes
             xp = self.xp
             # one index array built by the backend (on CuPy: one upload, not an arange per node)
@@ -336,6 +355,8 @@ class Executor:
         needs = g.needs
         b.need = any(map(needs.__getitem__, ids))
         self.batches.append(b)
+        if sizes_flat is None:
+            self.blocks[ids[0]] = b
         g.stats.sizes[g.sig_name(g.sigs[i0])].append(B)
 
     def _view(self, ids, op, a0, cols):
