@@ -278,6 +278,20 @@ def test_batch_count_check_reads_only_the_moved_signatures_and_agrees_with_a_ful
 
 
 @settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-1, 2 ** 40), max_size=300), st.data())
+def test_ints_reads_a_column_range_into_a_writable_int64_array(xs, data):
+    """Graph columns (signatures with -1, depths, consumer counts) become int64 arrays for the
+    whole column and for a later forward's range; the walk to the graph's end counts down
+    in the consumer-count array, so it must be writable."""
+    lo = data.draw(st.integers(0, len(xs)))
+    hi = data.draw(st.integers(lo, len(xs)))
+    for a, b in ((0, len(xs)), (lo, hi)):
+        got = scheduler._ints(xs, a, b)
+        assert got.dtype == np.int64 and got.flags.writeable
+        np.testing.assert_array_equal(got, np.array(xs[a:b], dtype=np.int64))
+
+
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(-3, 10 ** 6), max_size=300), st.integers(0, 2))
 def test_unique_by_counting_or_sorting_matches_numpy(xs, spread):
     """Level x signature keys are deduplicated by counting when their range is small; any
