@@ -338,6 +338,10 @@ class Parameter:
         if self.touched:
             self.zero_grad()
 
+    def _grad_zeroed(self) -> None:
+        """A trainer zeroed every element of the gradient that could be nonzero."""
+        self.touched = False
+
     def scale(self, s: float) -> None:
         self.data *= s
 
@@ -440,6 +444,11 @@ class LookupParameter(Parameter):
         if not self.rows_used:
             return self.xp.zeros(0, dtype=np.int64)
         return self.xp.unique(self.xp.concatenate([self.xp.asarray(r).reshape(-1) for r in self.rows_used]))
+
+    def _grad_zeroed(self) -> None:
+        super()._grad_zeroed()
+        self.rows_used = []
+        self.all_updated = False
 
     def _clear_grad(self) -> None:
         # only rows in rows_used can hold gradient unless the table was used densely,
