@@ -338,6 +338,10 @@ class Parameter:
         if self.touched:
             self.zero_grad()
 
+    def _grad_zeroed(self) -> None:
+        """A trainer zeroed every element of the gradient that could be nonzero."""
+        self.touched = False
+
     def scale(self, s: float) -> None:
         self.data *= s
 
@@ -439,7 +443,17 @@ class LookupParameter(Parameter):
             return None
         if not self.rows_used:
             return self.xp.zeros(0, dtype=np.int64)
-        return self.xp.unique(self.xp.concatenate([self.xp.asarray(r).reshape(-1) for r in self.rows_used]))
+        xp = self.xp
+        r = xp.sort(xp.concatenate([xp.asarray(r).reshape(-1) for r in self.rows_used]))
+        if r.shape[0] < 2:
+            return r
+        # sorted, then the first of each run: NumPy 2's unique() costs 8x this (70 us for 1300 rows)
+        return r[xp.concatenate((xp.ones(1, dtype=bool), r[1:] != r[:-1]))]
+
+    def _grad_zeroed(self) -> None:
+        super()._grad_zeroed()
+        self.rows_used = []
+        self.all_updated = False
 
     def _clear_grad(self) -> None:
         # only rows in rows_used can hold gradient unless the table was used densely,

@@ -231,3 +231,15 @@ def test_parameter_values_with_recalculate_leave_the_graph_alone():
     assert not np.array_equal(d.npvalue(), before[0]) and not np.array_equal(r.npvalue(), before[1])
     with pytest.raises(dy.GraphError, match=r"scalar_value\(\) on parameter /_1 of shape \(2, 3\)"):
         W.scalar_value()
+
+
+def test_used_rows_sorted_and_distinct_over_several_lookups(backend):
+    """used_rows() merges the row lists of several lookups: sorted, each row once."""
+    m = dy.ParameterCollection()
+    E = m.add_lookup_parameters((9, 2))
+    E.rows_used = [np.array([7, 2, 7]), np.array([5]), np.array([2, 0, 8, 5])]
+    np.testing.assert_array_equal(to_np(E.used_rows()), [0, 2, 5, 7, 8])
+    E.rows_used = [np.array([4])]
+    np.testing.assert_array_equal(to_np(E.used_rows()), [4])
+    E.rows_used = [np.array([], dtype=np.int64), np.array([3, 3])]
+    np.testing.assert_array_equal(to_np(E.used_rows()), [3])

@@ -242,3 +242,38 @@ def test_state_arrays_follow_backend(backend):
         for a in arrs:
             assert type(a) is type(W.data)
     assert to_np(W.data).shape == (3, 4)
+
+
+@pytest.mark.parametrize("name", ["sgd", "adam"])
+def test_update_zeroes_gradients_in_its_own_pass(name, f64, monkeypatch):
+    """update() zeroes the gradients it applies as it goes (each piece while in cache): no
+    separate clearing pass over the parameters, one set of used rows per table, and the
+    sparse, clipped step is still the reference one."""
+    from autobatch.params import LookupParameter, Parameter
+    make, ref = TRAINERS[name]
+    m, W, b, E = small_model()
+    tr = make(m)
+    tr.set_clip_threshold(0.05)
+    calls = {"zero_grad": 0, "used_rows": 0}
+
+    def counted(what, f):
+        def g(self, *a):
+            calls[what] += 1
+            return f(self, *a)
+        return g
+    monkeypatch.setattr(Parameter, "zero_grad", counted("zero_grad", Parameter.zero_grad))
+    monkeypatch.setattr(LookupParameter, "used_rows", counted("used_rows", LookupParameter.used_rows))
+    x = {p: p.as_array() for p in (W, b, E)}
+    loss_on(W, b, E, [1, 3, 1])
+    g = {p: p.grad_as_array() for p in (W, b, E)}
+    norm = np.sqrt(sum((v ** 2).sum() for v in g.values()))
+    assert norm > 0.05
+    tr.update()
+    assert calls == {"zero_grad": 0, "used_rows": 1}
+    for p in (W, b, E):
+        assert not p.grad_as_array().any() and not p.touched
+        want = x[p].copy()
+        rows = [1, 3] if p is E else slice(None)
+        want[rows] = ref(x[p][rows], g[p][rows] * (0.05 / norm), {}, 1)[0]
+        np.testing.assert_allclose(p.as_array(), want, rtol=1e-10, atol=1e-12)
+    assert E.rows_used == [] and not E.all_updated
