@@ -186,9 +186,9 @@ class Trainer:
             else:
                 flat = [a.reshape(-1) for a in arrays]
                 for s in range(0, p.data.size, n):
-                    x, g, *st = [a[s:s + n] for a in flat]
-                    self._inplace(x, g, st, gscale, p.xp)
-                    g[...] = 0
+                    x, piece, *st = [a[s:s + n] for a in flat]
+                    self._inplace(x, piece, st, gscale, p.xp)
+                    piece[...] = 0
             p._grad_zeroed()
         elif rows is None:
             new_x, new_aux = self._rule(p.data, p.grad, aux, gscale, p.xp)
