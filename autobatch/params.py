@@ -331,7 +331,7 @@ class Parameter:
 
     def zero_grad(self) -> None:
         self.grad[...] = 0
-        self.touched = False
+        self._grad_zeroed()
 
     def _clear_grad(self) -> None:
         """What trainers call after an update (lookups override it to clear only used rows)."""
@@ -339,7 +339,8 @@ class Parameter:
             self.zero_grad()
 
     def _grad_zeroed(self) -> None:
-        """A trainer zeroed every element of the gradient that could be nonzero."""
+        """Every element of the gradient that could be nonzero was zeroed (by zero_grad, a
+        sparse clear or a trainer's update): reset what records where gradient landed."""
         self.touched = False
 
     def scale(self, s: float) -> None:
@@ -431,11 +432,6 @@ class LookupParameter(Parameter):
         from .api_random import lookup_batch
         return lookup_batch(self, rows)
 
-    def zero_grad(self) -> None:
-        super().zero_grad()
-        self.rows_used = []
-        self.all_updated = False
-
     def used_rows(self):
         """Sorted unique rows that got gradient since the last clear (an xp index array),
         or None when the whole table did (it was used densely)."""
@@ -462,8 +458,7 @@ class LookupParameter(Parameter):
             self.zero_grad()
         elif self.rows_used:
             self.grad[self.used_rows()] = 0
-            self.rows_used = []
-            self.touched = False
+            self._grad_zeroed()
         elif self.touched:
             self.zero_grad()
 
