@@ -32,7 +32,7 @@ from .params import (ConstInitializer, FromFileInitializer, GlorotInitializer, I
                      ParameterCollection, PyInitializer, SaxeInitializer, UniformInitializer)
 from .saving import load, load_generator, save  # noqa: F401
 from .runtime import (Strategy, default_strategy, reset_random_seed, set_backend, set_debug,
-                      set_default_strategy, set_dropout, set_dtype)
+                      set_default_strategy, set_dropout, set_dtype, set_fusion)
 from .stats import summary as stats_summary
 from .vertex import InputGraph, vertex_function  # noqa: F401
 from .trainers import (AdadeltaTrainer, AdagradTrainer, AdamTrainer, AmsgradTrainer,  # noqa: F401

@@ -15,6 +15,7 @@ depends on the cache (input shapes, attr, parameter nodes; see ComputationGraph.
 from __future__ import annotations
 
 import functools
+import sys
 import textwrap
 
 from . import runtime
@@ -78,19 +79,51 @@ def fast(slow, op, params: str, guard: str, ins: tuple, need: str = None, depth:
                     + ["    " + line for line in guard_lines]
                     + ["    " + indent + line for line in body.splitlines()]
                     + [f"    return _slow({call})"])
-    ns = {"_S": runtime.state(), "_E": Expression, "_op": op, "_slow": slow, **consts}
+    ns = {"_S": runtime.state(), "_E": Expression, "_op": op, "_slow": slow, "_rc": sys.getrefcount,
+          "_TEMP": _TEMP, **consts}
     # a file name inside the package: errors raised below (in slow) name the user's line,
     # which errors.user_site finds by skipping the package's frames
     exec(compile(src, f"{__file__}<fast path of {slow.__name__}>", "exec"), ns)
     return functools.update_wrapper(ns["f"], slow)
 
 
+def _probe(x):
+    return sys.getrefcount(x)
+
+
+def _temp_refs():
+    """What sys.getrefcount reports, inside a function, for an argument that only the call
+    holds (an expression's value passed on at once), or -1 where a named variable reads the
+    same (an interpreter that does not count every reference): then nothing is ever taken
+    for a temporary."""
+    named = object()
+    temp, held = _probe(object()), _probe(named)
+    return temp if held > temp else -1
+
+
+_TEMP = _temp_refs()
+
+# act(x) with x the graph's newest node, not yet computed, that only this call holds (no
+# variable, container or other Expression can reach it again): the activation joins x's node
+# (ComputationGraph.fused_sig) instead of adding one. Before the cache test: the first node
+# of a graph must fuse too, or it would batch apart from the rest. (A tracer has no columns.)
+_FUSE = """
+    if a == len(sigs or ()) - 1 and _rc(x) == _TEMP:
+        s = g._fuse.get((sigs[a], _op))
+        if s is None:
+            s = g.fused_sig(a, _op)
+        if s >= 0 and a >= g.exe.done:
+            sigs[a] = s
+            return x"""
+
+
 def unary(op, slow):
-    """f(x) == slow(x) for an op without attr and data (tanh, logistic, ...)."""
+    """f(x) == slow(x) for an op without attr and data (tanh, logistic, ...); an activation
+    that ops/fused.py pairs with its input's op joins that node when it is a temporary."""
     return fast(slow, op, "x", """
 if type(x) is _E and x.cg is g:
     COLS
-    a = x.i
+    a = x.i""" + (_FUSE if hasattr(op, "grad_from_output") else "") + """
     r = f1.get(_op)
     if r is not None and r[4] is shapes[a]:""", ("a",))
 

@@ -18,6 +18,7 @@ from . import runtime
 from .errors import GraphError, StaleExpressionError, user_line, user_site, where_code
 from .executor import Executor
 from .ops import ShapeError
+from .ops.fused import FUSED
 from .ops.base import prod
 from .runtime import Strategy, parse_strategy
 from .stats import Stats
@@ -133,6 +134,8 @@ class ComputationGraph:
         self._f3: dict = {}         # op -> add3 entry + (input shapes,)
         self._fw: dict = {}         # W -> add_affine entry (b and x's shape in it)
         self._flk: dict = {}        # lookup table -> (out, size, sig, diff, node, rows)
+        self._fuse: dict = {}       # (signature, activation op) -> fused signature, -1: none
+        self.fuses = rt.fuse
         self._bind()
         self._recipes: dict = {}    # recipes.step templates (signatures are per graph)
         self._transduce: dict = {}  # builder -> its transduce memo of those templates (builders.py)
@@ -425,6 +428,24 @@ class ComputationGraph:
         self.sig_op.append(op)
         return sig
 
+    def fused_sig(self, a: int, act) -> int:
+        """The signature of node a with activation act fused into it (ops/fused.py), or -1
+        where that pair does not fuse. It is the signature add() gives a node of the fused
+        op, so fused nodes batch with those that replayed templates (recipes.py) append;
+        cached by (a's signature, act) for the API's fast path."""
+        sig = self.sigs[a]
+        op = FUSED.get((self.sig_op[sig], act)) if sig >= 0 and self.fuses else None
+        s = -1
+        if op is not None:
+            args = self.args[a]
+            r = _rule(op, tuple([self.shapes[j] for j in args]), self.attrs[a])
+            key = (r[2],) + tuple([args[j] for j in r[3]]) if r[3] else r[2]
+            s = self._sigtab.get(key)
+            if s is None:
+                s = self._intern(key, op)
+        self._fuse[(sig, act)] = s
+        return s
+
     def _add_caching(self, op, args, key, data=None, by_node=False, attr=None):
         e = self.add(op, args, attr, data)
         r = _RULES[(op, tuple([self.shapes[a] for a in args]), attr)]
@@ -633,6 +654,14 @@ class Expression:
 
     def incremental_forward(self) -> None:
         self.forward()
+
+    # a handle is immutable, so a copy is the handle itself: an activation fuses into a node
+    # that only one handle reaches (fastpath.py), which a second handle would break
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
 
     def __repr__(self):
         return f"Expression(node={self.i}, shape={self.cg.shapes[self.i]})"

@@ -9,7 +9,7 @@ column. Signatures that depend on a shared operand's node id (W of an affine) ar
 per step, so a template never assumes which parameter node it reads."""
 from __future__ import annotations
 
-from .graph import _RULES, Expression, ThroughAdd
+from .graph import _RULES, Expression, ThroughAdd, _rule
 
 _NO = object()    # the key's pattern cannot be replayed: always build it the normal way
 
@@ -84,6 +84,12 @@ def _compile(g, n0, n1, ins, outs):
             body.append(f"if {same}: s{k} = _M{k}[{len(refs)}]")
             body.append("else:")
             body.append(f"    s{k} = sigtab.get((_K{k}, {sk}))")
+            base = getattr(op, "base", None)
+            if base is not None:
+                # a fused node (ops/fused.py): its product's signature first, as building it
+                # op by op interns them, so that both ways number signatures alike
+                const[f"_BK{k}"], const[f"_BO{k}"] = _rule(base, tuple(map(g.shapes.__getitem__, a_n)), g.attrs[n])[2], base
+                body.append(f"    if s{k} is None and sigtab.get((_BK{k}, {sk})) is None: g._intern((_BK{k}, {sk}), _BO{k})")
             body.append(f"    if s{k} is None: s{k} = g._intern((_K{k}, {sk}), _O{k})")
             body.append(f"    _M{k}[:] = ({sk}, s{k})")
             cols["sigs"].append(None)

@@ -78,6 +78,7 @@ class _State:
         # record each node's creation line (for error messages); off by default: it
         # costs ~0.2-0.4 us per node, more than building the node itself
         self.debug = os.environ.get("AUTOBATCH_DEBUG", "").strip().lower() not in ("", "0", "false", "no")
+        self.fuse = os.environ.get("AUTOBATCH_FUSE", "1").strip().lower() not in ("0", "false", "no")
         self.graph = None
         self._backend = None
         self.backend_name = os.environ.get("AUTOBATCH_BACKEND", "numpy")
@@ -133,6 +134,13 @@ def set_debug(enabled: bool) -> None:
     that errors found later (a non-finite loss, a failing kernel) name where the
     culprit was built. Also AUTOBATCH_DEBUG=1. Off by default (it slows building)."""
     _STATE.debug = bool(enabled)
+
+
+def set_fusion(enabled: bool) -> None:
+    """Fuse an activation into the product that feeds it (``logistic(affine_transform(..))``
+    becomes one node; ops/fused.py) in graphs created from now on. On by default; also
+    AUTOBATCH_FUSE=0. Values and gradients are the same either way (to rounding)."""
+    _STATE.fuse = bool(enabled)
 
 
 def set_dropout(enabled: bool) -> None:

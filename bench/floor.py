@@ -49,6 +49,7 @@ def product_rows(task_name, hidden, n, seed=0):
         dy.esum(losses)
         g = dy.cg()
         for op, args in zip(g.ops, g.args):
+            op = getattr(op, "base", op)      # an activation fused into a product (ops/fused.py)
             if op is None or op.name not in _PRODUCT_OPS:
                 continue
             for j in range(1, len(args), 2):

@@ -22,6 +22,7 @@ import pytest
 import autobatch as dy
 from autobatch.ops import OPS
 from gradcheck_kit import Ctx, _data, red, unary, unary_pos
+import gradrows_fused
 import gradrows_math
 import gradrows_reduce
 import gradrows_shape
@@ -141,7 +142,7 @@ GRAD_ROWS = {
                                + red(dy.lstm_cell(dy.concatenate([c.h(k), c.h(k), c.e(k), c.e(k)]), c.P.b), k)),
     "noise": lambda c, k: red(dy.square(dy.noise(c.mix(k), 0.5)), k) + red(dy.noise(c.m(k), 0.3), k),
 }
-for _more in (gradrows_math, gradrows_reduce, gradrows_shape, gradrows_random):
+for _more in (gradrows_math, gradrows_reduce, gradrows_shape, gradrows_random, gradrows_fused):
     assert not set(_more.ROWS) & set(GRAD_ROWS), f"{_more.__name__}: rows defined twice"
     GRAD_ROWS.update(_more.ROWS)
 

@@ -61,6 +61,9 @@ class Tanh(Unary):
         xp.subtract(1, out, out=out)
         out *= gy
 
+    def grad_from_output(self, xp, y, gy, out):
+        self.grad_into(xp, None, y, gy, None, 0, out)
+
 
 @register
 class Logistic(Unary):
@@ -86,6 +89,9 @@ class Logistic(Unary):
         out *= y
         out *= gy
 
+    def grad_from_output(self, xp, y, gy, out):
+        self.grad_into(xp, None, y, gy, None, 0, out)
+
 
 @register
 class Rectify(Unary):
@@ -99,6 +105,9 @@ class Rectify(Unary):
 
     def backward(self, xp, xs, y, gy, attr, data):
         return [gy * (xs[0] > 0)]
+
+    def grad_from_output(self, xp, y, gy, out):
+        xp.multiply(gy, y > 0, out=out)      # y > 0 exactly where x > 0
 
 
 @register
@@ -125,6 +134,9 @@ class Exp(Unary):
 
     def backward(self, xp, xs, y, gy, attr, data):
         return [gy * y]
+
+    def grad_from_output(self, xp, y, gy, out):
+        xp.multiply(gy, y, out=out)
 
 
 @register

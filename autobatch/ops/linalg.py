@@ -73,6 +73,7 @@ class MatMulShared(Op):
     name = "matmul_shared"
     shared = (0,)
     heavy = True
+    fuses_out = True      # backward reads no output: an activation may overwrite it (fused.py)
 
     def shape(self, shapes, attr):
         return _mv_shape(self.name, shapes[0], shapes[1])
@@ -139,6 +140,7 @@ class Affine(Op):
     """b + W1·x1 + W2·x2 + …, with b and the W's shared and the x's stacked."""
     name = "affine"
     heavy = True
+    fuses_out = True      # backward reads no output: an activation may overwrite it (fused.py)
 
     def shared_of(self, n):
         return (0,) + tuple(range(1, n, 2))

@@ -1,0 +1,68 @@
+"""act(base(...)) as one node: an activation fused into the product that feeds it.
+
+``dy.logistic(dy.affine_transform([b, W, x]))`` is two nodes, two batches and two arena
+blocks, yet the activation only ever sees its product: the API (fastpath.unary) turns such a
+pair into one node of the fused op when nothing else can reach the product (see
+``ComputationGraph.fuse``). The fused kernel runs the product into the batch's block and the
+activation in place over it while it is still in cache; backward turns the output's gradient
+into the product's (the activation's derivative needs only its output) and hands it to the
+product's own backward.
+
+Which pairs fuse is declared by the ops, not named here: a base declares ``fuses_out``
+(its backward never reads its output, which the activation overwrites), an activation
+declares ``grad_from_output`` (its derivative is a function of its output alone)."""
+from __future__ import annotations
+
+from .base import OPS, Op
+
+
+class Fused(Op):
+    """One registered instance per (base, activation) pair; everything but the last step of
+    forward and the first of backward is the base's."""
+
+    def __init__(self, base: Op, act: Op):
+        self.base, self.act = base, act
+        self.name = f"{base.name}>{act.name}"
+        self.shared, self.heavy, self.elementwise = base.shared, base.heavy, base.elementwise
+        self.has_data = base.has_data
+
+    def shared_of(self, n):
+        return self.base.shared_of(n)
+
+    def shape(self, shapes, attr):
+        return self.base.shape(shapes, attr)
+
+    def sig(self, shapes, attr):
+        return self.base.sig(shapes, attr)
+
+    def forward(self, xp, xs, attr, data):
+        y = self.base.forward(xp, xs, attr, data)
+        self.act.forward_into(xp, [y], None, None, y)
+        return y
+
+    def forward_into(self, xp, xs, attr, data, out):
+        if self.base.has_into:
+            self.base.forward_into(xp, xs, attr, data, out)
+        else:
+            out[...] = self.base.forward(xp, xs, attr, data)
+        self.act.forward_into(xp, [out], None, None, out)
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        gp = xp.empty_like(gy)
+        self.act.grad_from_output(xp, y, gy, gp)
+        return self.base.backward(xp, xs, None, gp, attr, data)
+
+
+FUSED: dict = {}     # (base op, activation op) -> fused op
+
+
+def _register_pairs():
+    bases = [op for op in OPS.values() if getattr(op, "fuses_out", False)]
+    acts = [op for op in OPS.values() if hasattr(op, "grad_from_output")]
+    for base in bases:
+        for act in acts:
+            op = FUSED[(base, act)] = Fused(base, act)
+            OPS[op.name] = op
+
+
+_register_pairs()

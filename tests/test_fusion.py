@@ -1,0 +1,143 @@
+"""An activation fuses into the product that feeds it (ops/fused.py) only when nothing else can
+reach the product: a temporary, the graph's newest node, not yet computed. Every case where
+the product stays reachable keeps two nodes, and fused graphs give what unfused ones give."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import autobatch as dy
+from autobatch import fastpath
+
+
+@pytest.fixture
+def m():
+    dy.reset_random_seed(5)
+    pc = dy.ParameterCollection()
+    return dict(pc=pc, W=pc.add_parameters((4, 3)), b=pc.add_parameters(4), V=pc.add_parameters((4, 4)),
+                E=pc.add_lookup_parameters((6, 3)))
+
+
+def _op_names(e):
+    g = e.cg
+    return [g.ops[i].name for i in range(len(g.sigs)) if g.ops[i] is not None]
+
+
+def test_a_temporary_product_fuses(m):
+    dy.renew_cg()
+    h = dy.logistic(dy.affine_transform([m["b"], m["W"], dy.lookup(m["E"], 1)]))
+    assert _op_names(h) == ["lookup", "affine>logistic"]
+    x = dy.lookup(m["E"], 1).npvalue()
+    ref = 1 / (1 + np.exp(-(m["W"].npvalue() @ x + m["b"].npvalue())))
+    np.testing.assert_allclose(h.npvalue(), ref, rtol=1e-5)
+
+
+def test_a_named_product_stays_its_own_node(m):
+    dy.renew_cg()
+    a = dy.affine_transform([m["b"], m["W"], dy.lookup(m["E"], 1)])
+    h = dy.tanh(a)
+    assert _op_names(h) == ["lookup", "affine", "tanh"]
+    # a reads the product, not the activation
+    np.testing.assert_allclose(np.tanh(a.npvalue()), h.npvalue(), rtol=1e-5)
+
+
+def test_a_product_in_a_container_or_with_consumers_stays(m):
+    dy.renew_cg()
+    x = dy.lookup(m["E"], 2)
+    kept = [dy.affine_transform([m["b"], m["W"], x])]
+    t1 = dy.tanh(kept[0])                       # the list holds it
+    older = [dy.affine_transform([m["b"], m["W"], x])]
+    z = dy.cmult(older[0], older[0])            # a consumer reads the product
+    t2 = dy.tanh(older.pop())                   # a temporary now, but not the newest node
+    assert _op_names(t2).count("affine") == 2 and "tanh" in _op_names(t2)
+    pre = kept[0].npvalue()
+    np.testing.assert_allclose(z.npvalue(), pre * pre, rtol=1e-5)
+    np.testing.assert_allclose(t1.npvalue(), np.tanh(pre), rtol=1e-5)
+    np.testing.assert_allclose(t2.npvalue(), np.tanh(pre), rtol=1e-5)
+
+
+def test_a_copied_handle_is_the_handle(m):
+    import copy
+    dy.renew_cg()
+    a = dy.affine_transform([m["b"], m["W"], dy.lookup(m["E"], 1)])
+    t = dy.tanh(copy.copy(a))
+    assert copy.deepcopy(a) is a and _op_names(t)[-2:] == ["affine", "tanh"]
+
+
+def test_a_computed_product_or_a_parameter_stays(m):
+    dy.renew_cg()
+    x = dy.lookup(m["E"], 3)
+    pool = [dy.affine_transform([m["b"], m["W"], x])]
+    pool[0].forward()                           # its value is in the arena already
+    t = dy.tanh(pool.pop())
+    assert _op_names(t)[-2:] == ["affine", "tanh"]
+    p = dy.tanh(dy.parameter(m["b"]))           # a parameter's node is the parameter's for good
+    assert _op_names(p)[-1] == "tanh"
+    np.testing.assert_allclose(p.npvalue(), np.tanh(m["b"].npvalue()), rtol=1e-5)
+
+
+def test_set_fusion_off_keeps_every_node(m):
+    dy.set_fusion(False)
+    try:
+        dy.renew_cg()
+        h = dy.logistic(dy.affine_transform([m["b"], m["W"], dy.lookup(m["E"], 1)]))
+        assert _op_names(h) == ["lookup", "affine", "logistic"]
+    finally:
+        dy.set_fusion(True)
+
+
+def test_the_probe_counts_a_temporary_below_a_variable():
+    # outside the asserts: pytest's rewriting keeps a reference to every value in one
+    temp = fastpath._probe(object())
+    held = object()
+    named = fastpath._probe(held)
+    assert temp == fastpath._TEMP < named
+
+
+def _tree_loss(m, tree, act):
+    """A tiny recursive model: every node's state is act(affine(...)) of a temporary."""
+    W, V, b, E = m["W"], m["V"], m["b"], m["E"]
+    if isinstance(tree, int):
+        return getattr(dy, act)(dy.affine_transform([b, W, dy.lookup(E, tree)]))
+    left, right = _tree_loss(m, tree[0], act), _tree_loss(m, tree[1], act)
+    return getattr(dy, act)(dy.affine_transform([b, V, left, V, right]))
+
+
+def _trees(draw_int, n):
+    def grow(depth):
+        if depth == 0 or draw_int(0, 2) == 0:
+            return draw_int(0, 5)
+        return (grow(depth - 1), grow(depth - 1))
+    return [grow(3) for _ in range(n)]
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data(), act=st.sampled_from(["tanh", "logistic", "rectify", "exp"]),
+       strategy=st.sampled_from(["none", "depth", "agenda"]))
+def test_fused_and_unfused_graphs_agree(data, act, strategy):
+    """Random trees of act(affine(...)) temporaries: the values and parameter gradients of a
+    fused graph equal those of the same program with fusion off."""
+    dy.reset_random_seed(7)
+    pc = dy.ParameterCollection()
+    m = dict(W=pc.add_parameters((4, 3)), V=pc.add_parameters((4, 4), init=dy.NormalInitializer(0, 0.3)),
+             b=pc.add_parameters(4), E=pc.add_lookup_parameters((6, 3)))
+    trees = _trees(lambda lo, hi: data.draw(st.integers(lo, hi)), data.draw(st.integers(1, 4)))
+    out = []
+    for fuse in (True, False):
+        dy.set_fusion(fuse)
+        try:
+            for p in pc.parameters_list() + pc.lookup_parameters_list():
+                p.zero_grad()
+            dy.renew_cg(strategy)
+            loss = dy.sum_elems(dy.esum([_tree_loss(m, t, act) for t in trees]))
+            names = [op.name for op in dy.cg().ops if op is not None]
+            assert any(">" in n for n in names) == fuse
+            v = loss.scalar_value()
+            loss.backward()
+            out.append((v, [p.grad_as_array() for p in pc.parameters_list() + pc.lookup_parameters_list()]))
+        finally:
+            dy.set_fusion(True)
+    (v1, g1), (v2, g2) = out
+    np.testing.assert_allclose(v1, v2, rtol=1e-5)
+    for a, b in zip(g1, g2):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
