@@ -137,9 +137,38 @@ if type(x) is _E and type(y) is _E and x.cg is g and y.cg is g:
     if r is not None and r[4] is shapes[a] and r[5] is shapes[b] and r[6] is _attr:"""
 
 
+# op(x, act(c)) with act(c) a temporary, the newest node (o·tanh(c)): the activation node
+# becomes the fused op over (x, c), in place (ComputationGraph.fused_in_sig)
+_FUSE_IN = """
+    n1 = len(sigs or ()) - 1
+    if y.i == n1 and x.i != n1 and _rc(y) == _TEMP:
+        t, j, k = y, 1, x.i
+    elif x.i == n1 and y.i != n1 and _rc(x) == _TEMP:
+        t, j, k = x, 0, y.i
+    else:
+        t = None
+    if t is not None and n1 >= g.exe.done:
+        s = g._fuse.get((sigs[n1], _op, j))
+        if s is None:
+            s = g.fused_in_sig(n1, _op, j)
+        if s >= 0 and shapes[k] is shapes[n1]:
+            c = args[n1][0]
+            args[n1] = (k, c) if j else (c, k)
+            sigs[n1] = s
+            depths[n1] = (depths[k] if depths[k] > depths[c] else depths[c]) + 1
+            needs[n1] = needs[k] or needs[c]
+            uses[k] += 1
+            return t"""
+
+
 def binary(op, slow, attr=None, params: str = "x, y", unpack: str = None):
     """f(x, y) == slow(x, y) for an op of two inputs, no data and attribute attr. params,
     unpack: slow's parameter list, and guard lines that bind x and y from it when they are
-    not its parameters (concatenate's [x, y]); the rest of the guard goes inside them."""
-    guard = _BINARY if unpack is None else unpack.strip("\n") + "\n" + textwrap.indent(_BINARY, "    ")
+    not its parameters (concatenate's [x, y]); the rest of the guard goes inside them. An op
+    that declares fuses_in takes in an activation temporary (ops/fused.py)."""
+    body = _BINARY
+    if getattr(op, "fuses_in", False) and unpack is None:
+        head, tail = _BINARY.split("    r = f2.get(_op)\n")
+        body = head + _FUSE_IN.strip("\n") + "\n    r = f2.get(_op)\n" + tail
+    guard = body if unpack is None else unpack.strip("\n") + "\n" + textwrap.indent(body, "    ")
     return fast(slow, op, params, guard, ("a", "b"), attr=None if attr is None else "_attr", _attr=attr)

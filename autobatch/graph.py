@@ -18,7 +18,7 @@ from . import runtime
 from .errors import GraphError, StaleExpressionError, user_line, user_site, where_code
 from .executor import Executor
 from .ops import ShapeError
-from .ops.fused import FUSED
+from .ops.fused import FUSED, FUSED_IN
 from .ops.base import prod
 from .runtime import Strategy, parse_strategy
 from .stats import Stats
@@ -134,7 +134,7 @@ class ComputationGraph:
         self._f3: dict = {}         # op -> add3 entry + (input shapes,)
         self._fw: dict = {}         # W -> add_affine entry (b and x's shape in it)
         self._flk: dict = {}        # lookup table -> (out, size, sig, diff, node, rows)
-        self._fuse: dict = {}       # (signature, activation op) -> fused signature, -1: none
+        self._fuse: dict = {}       # (signature, activation op[, input]) -> fused signature, -1: none
         self.fuses = rt.fuse
         self._bind()
         self._recipes: dict = {}    # recipes.step templates (signatures are per graph)
@@ -445,6 +445,23 @@ class ComputationGraph:
                 s = self._intern(key, op)
         self._fuse[(sig, act)] = s
         return s
+
+    def fused_in_sig(self, t: int, op, j: int) -> int:
+        """The signature of op with its input j the activation node t taken in (ops/fused.py
+        FusedIn), or -1 where they do not fuse; cached by (t's signature, op, j) for the API's
+        fast path, which rewrites t in place. Elementwise ops only: the signature then
+        depends on no shape and no node."""
+        s = self.sigs[t]
+        fop = FUSED_IN.get((op, self.sig_op[s], j)) if s >= 0 and self.fuses else None
+        sig = -1
+        if fop is not None and fop.elementwise:
+            a = self.args[t][0]
+            r = _rule(fop, (self.shapes[a], self.shapes[a]), None)
+            sig = self._sigtab.get(r[2])
+            if sig is None:
+                sig = self._intern(r[2], fop)
+        self._fuse[(s, op, j)] = sig
+        return sig
 
     def _add_caching(self, op, args, key, data=None, by_node=False, attr=None):
         e = self.add(op, args, attr, data)

@@ -56,6 +56,35 @@ def test_a_product_in_a_container_or_with_consumers_stays(m):
     np.testing.assert_allclose(t2.npvalue(), np.tanh(pre), rtol=1e-5)
 
 
+def test_an_activation_temporary_joins_its_cmult(m):
+    dy.renew_cg()
+    o, c = dy.lookup(m["E"], 0), dy.lookup(m["E"], 1)
+    h1 = dy.cmult(o, dy.tanh(c))
+    h0 = dy.cmult(dy.logistic(c), o)
+    assert _op_names(h0)[-2:] == ["cmult<tanh@1", "cmult<logistic@0"]
+    ov, cv = o.npvalue(), c.npvalue()
+    np.testing.assert_allclose(h1.npvalue(), ov * np.tanh(cv), rtol=1e-5)
+    np.testing.assert_allclose(h0.npvalue(), ov / (1 + np.exp(-cv)), rtol=1e-5)
+
+
+def test_an_activation_that_stays_reachable_or_is_not_newest_stays(m):
+    dy.renew_cg()
+    o, c = dy.lookup(m["E"], 0), dy.lookup(m["E"], 1)
+    t = dy.tanh(c)
+    h = dy.cmult(o, t)                                  # named
+    k = dy.cmult(dy.tanh(c), dy.logistic(o))            # the tanh is not the newest node
+    done = [dy.tanh(c)]
+    done[0].forward()
+    q = dy.cmult(o, done.pop())                         # computed already
+    names = _op_names(q)
+    assert names.count("cmult") == 2 and names.count("tanh") == 3 and "cmult<logistic@1" in names
+    ov, cv = o.npvalue(), c.npvalue()
+    for e in (h, q):
+        np.testing.assert_allclose(e.npvalue(), ov * np.tanh(cv), rtol=1e-5)
+    np.testing.assert_allclose(k.npvalue(), np.tanh(cv) / (1 + np.exp(-ov)), rtol=1e-5)
+    np.testing.assert_allclose(t.npvalue(), np.tanh(cv), rtol=1e-5)
+
+
 def test_a_copied_handle_is_the_handle(m):
     import copy
     dy.renew_cg()
@@ -94,13 +123,16 @@ def test_the_probe_counts_a_temporary_below_a_variable():
     assert temp == fastpath._TEMP < named
 
 
-def _tree_loss(m, tree, act):
-    """A tiny recursive model: every node's state is act(affine(...)) of a temporary."""
+def _tree_loss(m, tree, act, j):
+    """A tiny recursive model: every node's state is act(affine(...)) of a temporary, and
+    what it passes up an LSTM-like output c·tanh(c) (j = 1) or logistic(c)·c (j = 0)."""
     W, V, b, E = m["W"], m["V"], m["b"], m["E"]
     if isinstance(tree, int):
-        return getattr(dy, act)(dy.affine_transform([b, W, dy.lookup(E, tree)]))
-    left, right = _tree_loss(m, tree[0], act), _tree_loss(m, tree[1], act)
-    return getattr(dy, act)(dy.affine_transform([b, V, left, V, right]))
+        c = getattr(dy, act)(dy.affine_transform([b, W, dy.lookup(E, tree)]))
+    else:
+        left, right = _tree_loss(m, tree[0], act, j), _tree_loss(m, tree[1], act, j)
+        c = getattr(dy, act)(dy.affine_transform([b, V, left, V, right]))
+    return dy.cmult(c, dy.tanh(c)) if j else dy.cmult(dy.logistic(c), c)
 
 
 def _trees(draw_int, n):
@@ -113,10 +145,10 @@ def _trees(draw_int, n):
 
 @settings(max_examples=25, deadline=None)
 @given(data=st.data(), act=st.sampled_from(["tanh", "logistic", "rectify", "exp"]),
-       strategy=st.sampled_from(["none", "depth", "agenda"]))
-def test_fused_and_unfused_graphs_agree(data, act, strategy):
-    """Random trees of act(affine(...)) temporaries: the values and parameter gradients of a
-    fused graph equal those of the same program with fusion off."""
+       strategy=st.sampled_from(["none", "depth", "agenda"]), j=st.integers(0, 1))
+def test_fused_and_unfused_graphs_agree(data, act, strategy, j):
+    """Random trees of act(affine(...)) and cmult(x, act(y)) temporaries: the values and
+    parameter gradients of a fused graph equal those of the same program with fusion off."""
     dy.reset_random_seed(7)
     pc = dy.ParameterCollection()
     m = dict(W=pc.add_parameters((4, 3)), V=pc.add_parameters((4, 4), init=dy.NormalInitializer(0, 0.3)),
@@ -129,9 +161,9 @@ def test_fused_and_unfused_graphs_agree(data, act, strategy):
             for p in pc.parameters_list() + pc.lookup_parameters_list():
                 p.zero_grad()
             dy.renew_cg(strategy)
-            loss = dy.sum_elems(dy.esum([_tree_loss(m, t, act) for t in trees]))
+            loss = dy.sum_elems(dy.esum([_tree_loss(m, t, act, j) for t in trees]))
             names = [op.name for op in dy.cg().ops if op is not None]
-            assert any(">" in n for n in names) == fuse
+            assert any(">" in n for n in names) == fuse and any("<" in n for n in names) == fuse
             v = loss.scalar_value()
             loss.backward()
             out.append((v, [p.grad_as_array() for p in pc.parameters_list() + pc.lookup_parameters_list()]))

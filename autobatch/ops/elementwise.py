@@ -270,6 +270,7 @@ class Sub(NAry):
 @register
 class CMult(NAry):
     name = "cmult"
+    fuses_in = True       # cmult(o, tanh(c)) of a temporary tanh is one node (fused.py)
 
     def c_expr(self, a, attr):
         return f"({a[0]} * {a[1]})"

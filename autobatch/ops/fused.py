@@ -53,7 +53,48 @@ class Fused(Op):
         return self.base.backward(xp, xs, None, gp, attr, data)
 
 
+class FusedIn(Op):
+    """op with its input j an activation of the node's input: o·tanh(c) (an LSTM's output) as
+    one node over (o, c). Forward and backward compute the activation into a temporary (backward
+    again, rather than keep a block per node: it costs one elementwise pass)."""
+
+    def __init__(self, op: Op, act: Op, j: int):
+        self.base, self.act, self.j = op, act, j
+        self.name = f"{op.name}<{act.name}@{j}"
+        self.elementwise = op.elementwise
+
+    def shape(self, shapes, attr):
+        return self.base.shape(shapes, attr)
+
+    def sig(self, shapes, attr):
+        return self.base.sig(shapes, attr)
+
+    def _acted(self, xp, xs):
+        t = xp.empty_like(xs[self.j])
+        self.act.forward_into(xp, [xs[self.j]], None, None, t)
+        ys = list(xs)
+        ys[self.j] = t
+        return ys, t
+
+    def forward(self, xp, xs, attr, data):
+        return self.base.forward(xp, self._acted(xp, xs)[0], attr, data)
+
+    def forward_into(self, xp, xs, attr, data, out):
+        self.base.forward_into(xp, self._acted(xp, xs)[0], attr, data, out)
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        ys, t = self._acted(xp, xs)
+        grads = self.base.backward(xp, ys, y, gy, attr, data)
+        gt = grads[self.j]
+        if gt is not None:
+            # a fresh array: the base may hand one array to several inputs (add's gy)
+            grads[self.j] = xp.empty_like(t)
+            self.act.grad_from_output(xp, t, gt, grads[self.j])
+        return grads
+
+
 FUSED: dict = {}     # (base op, activation op) -> fused op
+FUSED_IN: dict = {}  # (op, activation op, input j) -> op over the activation's input
 
 
 def _register_pairs():
@@ -63,6 +104,11 @@ def _register_pairs():
         for act in acts:
             op = FUSED[(base, act)] = Fused(base, act)
             OPS[op.name] = op
+    for op in [op for op in OPS.values() if getattr(op, "fuses_in", False)]:
+        for act in acts:
+            for j in (0, 1):
+                f = FUSED_IN[(op, act, j)] = FusedIn(op, act, j)
+                OPS[f.name] = f
 
 
 _register_pairs()
