@@ -123,7 +123,7 @@ def unary(op, slow):
     return fast(slow, op, "x", """
 if type(x) is _E and x.cg is g:
     COLS
-    a = x.i""" + (_FUSE if hasattr(op, "grad_from_output") else "") + """
+    a = x.i""" + (_FUSE if hasattr(op, "dfdx_from_output") else "") + """
     r = f1.get(_op)
     if r is not None and r[4] is shapes[a]:""", ("a",))
 

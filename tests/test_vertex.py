@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import autobatch as dy
+from autobatch.ops.fused import FUSED
 from autobatch.vertex import engine, fuse, lazygrad
 
 from conftest import to_np
@@ -204,6 +205,13 @@ _SPLIT = {   # name -> (input shapes of one node, shared inputs given without th
     "affine": [(5,), (5, 3), (3,), (5, 2), (2,)],
     "matmul_add": [(5,), (5, 3), (3,), (5, 2), (2,)],
 }
+# an activation fused into one of them (ops/fused.py): the split parts take the product's
+# gradient, which Op.grad_prologue makes of the output's
+_SPLIT.update({op.name: _SPLIT[op.base.name] for op in FUSED.values() if op.base.name in _SPLIT})
+
+
+def _product_grad(op, y, gy):
+    return gy if op.grad_prologue is None else op.grad_prologue(np, y, gy)
 
 
 def test_every_split_backward_is_tested():
@@ -233,11 +241,11 @@ def test_split_backward_equals_backward(name):
                 want[j] += g
             else:
                 want[j][r0:r1] += g
-        for j, g in enumerate(op.input_grads(np, sub, gy[r0:r1], None, needs)):
+        for j, g in enumerate(op.input_grads(np, sub, _product_grad(op, y[r0:r1], gy[r0:r1]), None, needs)):
             assert (g is None) == (j in shared)
             if g is not None:
                 got[j][r0:r1] += g
-    for j, g in enumerate(op.param_grads(np, xs, gy, None, needs)):
+    for j, g in enumerate(op.param_grads(np, xs, _product_grad(op, y, gy), None, needs)):
         assert (g is None) != (j in shared)
         if g is not None:
             got[j] += g
@@ -274,7 +282,7 @@ def test_grad_into_equals_backward(name):
     want = op.backward(np, xs, y, gy, None, None)
     for j in into:
         out = np.full_like(xs[j], np.nan)
-        op.grad_into(np, xs, y, gy, None, j, out)
+        op.grad_into(np, xs, y, _product_grad(op, y, gy), None, j, out)
         np.testing.assert_allclose(out, want[j], rtol=1e-12)
     # a parameter among the stacked inputs (or a matrix x): backward's path, not grad_into's
     assert op.grad_into_inputs(shapes, [True] * len(shapes)) is None

@@ -202,6 +202,11 @@ class Op:
         not fusable (the default), also for attributes the expression cannot carry."""
         return None
 
+    # an op that fuses an activation into its output (ops/fused.py) sets this to a method
+    # (xp, y, gy, inplace) -> the gradient before the activation; the vertex engine applies it
+    # once to the output's gradient block, and input_grads, param_grads and grad_into take that
+    grad_prologue = None
+
     def input_grads(self, xp, xs: list, gy, attr: Any, needs: list) -> list | None:
         """backward() without the shared inputs' gradients (None in their place), for ops
         whose shared-input gradients are sums over rows that param_grads can compute later

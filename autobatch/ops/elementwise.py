@@ -61,8 +61,9 @@ class Tanh(Unary):
         xp.subtract(1, out, out=out)
         out *= gy
 
-    def grad_from_output(self, xp, y, gy, out):
-        self.grad_into(xp, None, y, gy, None, 0, out)
+    def dfdx_from_output(self, xp, y, out):
+        xp.multiply(y, y, out=out)
+        xp.subtract(1, out, out=out)
 
 
 @register
@@ -89,8 +90,9 @@ class Logistic(Unary):
         out *= y
         out *= gy
 
-    def grad_from_output(self, xp, y, gy, out):
-        self.grad_into(xp, None, y, gy, None, 0, out)
+    def dfdx_from_output(self, xp, y, out):
+        xp.subtract(1, y, out=out)
+        out *= y
 
 
 @register
@@ -106,8 +108,8 @@ class Rectify(Unary):
     def backward(self, xp, xs, y, gy, attr, data):
         return [gy * (xs[0] > 0)]
 
-    def grad_from_output(self, xp, y, gy, out):
-        xp.multiply(gy, y > 0, out=out)      # y > 0 exactly where x > 0
+    def dfdx_from_output(self, xp, y, out):
+        xp.greater(y, 0, out=out)            # y > 0 exactly where x > 0
 
 
 @register
@@ -135,8 +137,8 @@ class Exp(Unary):
     def backward(self, xp, xs, y, gy, attr, data):
         return [gy * y]
 
-    def grad_from_output(self, xp, y, gy, out):
-        xp.multiply(gy, y, out=out)
+    def dfdx_from_output(self, xp, y, out):
+        out[...] = y
 
 
 @register

@@ -180,7 +180,7 @@ class Run:
         for K in self.kinds:
             t, o = K.t, {}
             for s in range(len(t.src)):
-                if not t.is_param[s] and s not in t.alias:
+                if t.live[s] and not t.is_param[s] and s not in t.alias:     # dead code has no rows
                     o[s] = off
                     off += -(-K.n * t.sizes[s] // 16) * 16        # 64-byte aligned blocks
             self.offs.append(o)
@@ -379,6 +379,12 @@ class Run:
             return                          # its inputs' gradients already are its gradient
         gy = self._grad(K, s, r0, r1, whole)
         op, args, attr, spec, needs, shared, ent = t.instr[s]
+        if op.grad_prologue is not None:
+            # an activation fused into a product (ops/fused.py): the product's gradient, once,
+            # in s's block, where the deferred parameter gradients read it; an array an op
+            # handed over (K.ov) may be another symbol's too, so it is left as it is
+            gy = op.grad_prologue(self.xp, K.buf[s][r0:r1], gy, whole or s not in K.ov)
+            op = op.base
         xs = self._xs(K, spec, r0, r1)
         if ent is not None and TRACK:
             self._back_into(K, s, ent, xs, gy, r0, r1, pg, defer, whole)

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from ..errors import GraphError, user_line
 from ..graph import Expression, ThroughAdd, _rule, expression
+from .. import runtime
 from ..ops.base import Op
+from ..ops.fused import FUSED
 from ..ops.random import _Random
 
 PARAM, PULL, GATHER, OP = "param", "pull", "gather", "op"
@@ -211,10 +213,11 @@ class Trace:
     """F traced for one vertex kind: symbols, instructions by phase, and what flows in/out."""
 
     def __init__(self, tg: TraceGraph, v: Vertex):
-        self.src, self.shapes, self.sizes = tg.src, tg.shapes, tg.sizes
+        self.src, self.shapes, self.sizes = list(tg.src), tg.shapes, tg.sizes
         self.reads = frozenset(v.reads)
         self.scatter = v.scattered or ()
         self.push = dict(v.pushed)
+        self._fuse_activations()
         self.gathers = sorted((k, j, x.i) for k, syms in v.gathered.items() for j, x in enumerate(syms))
         self.pulls = [(s, name) for name, x in v.pulled.items()
                       if type(x) is Expression for s in [x.i]]
@@ -243,6 +246,7 @@ class Trace:
             if live[s] and self.src[s][0] == OP:
                 for a in self.src[s][2]:
                     live[a] = True
+        self.live = live
         self.pulls = [(s, name) for s, name in self.pulls if live[s]]
         self.gathers = [(k, j, s) for k, j, s in self.gathers if live[s]]
         ops = [s for s in range(n) if self.src[s][0] == OP and live[s]]
@@ -266,6 +270,28 @@ class Trace:
         self.instr = self._instructions(ops)
         self._gradient_writes(ops)
         self._gather_groups()
+
+    def _fuse_activations(self):
+        """act(p) of a product p that nothing else reads (no other symbol, scatter or push)
+        becomes the fused op over p's inputs (ops/fused.py), as the lazy API fuses a
+        temporary: the activation runs in place over the product's rows, and backward turns
+        its gradient into the product's once (Op.grad_prologue). p is then dead code."""
+        if not runtime.state().fuse:
+            return
+        src = self.src
+        readers = [0] * len(src)
+        for sr in src:
+            if sr[0] == OP:
+                for a in sr[2]:
+                    readers[a] += 1
+        for a in list(self.scatter) + list(self.push.values()):
+            readers[a] += 1
+        for s, sr in enumerate(src):
+            if sr[0] == OP and len(sr[2]) == 1 and sr[3] is None and src[sr[2][0]][0] == OP:
+                p = src[sr[2][0]]
+                f = FUSED.get((p[1], sr[1]))
+                if f is not None and readers[sr[2][0]] == 1:
+                    src[s] = (OP, f) + p[2:]
 
     def _concat_aliases(self, ops):
         """{input symbol: (concat symbol, first column)} for vector concatenations whose inputs
