@@ -138,8 +138,9 @@ def set_debug(enabled: bool) -> None:
 
 def set_fusion(enabled: bool) -> None:
     """Fuse an activation into the product that feeds it (``logistic(affine_transform(..))``
-    becomes one node; ops/fused.py) in graphs created from now on. On by default; also
-    AUTOBATCH_FUSE=0. Values and gradients are the same either way (to rounding)."""
+    becomes one node; ops/fused.py) in graphs created and vertex functions traced from now on.
+    On by default; also AUTOBATCH_FUSE=0. Values and gradients are the same either way (to
+    rounding)."""
     _STATE.fuse = bool(enabled)
 
 

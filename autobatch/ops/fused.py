@@ -3,7 +3,7 @@
 ``dy.logistic(dy.affine_transform([b, W, x]))`` is two nodes, two batches and two arena
 blocks, yet the activation only ever sees its product: the API (fastpath.unary) turns such a
 pair into one node of the fused op when nothing else can reach the product (see
-``ComputationGraph.fuse``). The fused kernel runs the product into the batch's block and the
+``ComputationGraph.fused_sig``; vertex traces: ``Trace._fuse_activations``). The fused kernel runs the product into the batch's block and the
 activation in place over it while it is still in cache; backward turns the output's gradient
 into the product's (the activation's derivative needs only its output) and hands it to the
 product's own backward.
@@ -88,7 +88,7 @@ class FusedIn(Op):
     def __init__(self, op: Op, act: Op, j: int):
         self.base, self.act, self.j = op, act, j
         self.name = f"{op.name}<{act.name}@{j}"
-        self.elementwise = op.elementwise
+        self.heavy, self.elementwise = op.heavy, op.elementwise
 
     def shape(self, shapes, attr):
         return self.base.shape(shapes, attr)
@@ -107,7 +107,11 @@ class FusedIn(Op):
         return self.base.forward(xp, self._acted(xp, xs)[0], attr, data)
 
     def forward_into(self, xp, xs, attr, data, out):
-        self.base.forward_into(xp, self._acted(xp, xs)[0], attr, data, out)
+        ys = self._acted(xp, xs)[0]
+        if self.base.has_into:
+            self.base.forward_into(xp, ys, attr, data, out)
+        else:
+            out[...] = self.base.forward(xp, ys, attr, data)
 
     def backward(self, xp, xs, y, gy, attr, data):
         ys, t = self._acted(xp, xs)
