@@ -435,14 +435,7 @@ class ComputationGraph:
         cached by (a's signature, act) for the API's fast path."""
         sig = self.sigs[a]
         op = FUSED.get((self.sig_op[sig], act)) if sig >= 0 and self.fuses else None
-        s = -1
-        if op is not None:
-            args = self.args[a]
-            r = _rule(op, tuple([self.shapes[j] for j in args]), self.attrs[a])
-            key = (r[2],) + tuple([args[j] for j in r[3]]) if r[3] else r[2]
-            s = self._sigtab.get(key)
-            if s is None:
-                s = self._intern(key, op)
+        s = -1 if op is None else self._sig_of(op, self.args[a], self.attrs[a])
         self._fuse[(sig, act)] = s
         return s
 
@@ -456,12 +449,17 @@ class ComputationGraph:
         sig = -1
         if fop is not None and fop.elementwise:
             a = self.args[t][0]
-            r = _rule(fop, (self.shapes[a], self.shapes[a]), None)
-            sig = self._sigtab.get(r[2])
-            if sig is None:
-                sig = self._intern(r[2], fop)
+            sig = self._sig_of(fop, (a, a), None)
         self._fuse[(s, op, j)] = sig
         return sig
+
+    def _sig_of(self, op, args, attr) -> int:
+        """The signature add() gives a batchable node of op over the nodes args, interned on
+        first use (add() inlines the same steps: it is the hot path)."""
+        r = _rule(op, tuple([self.shapes[j] for j in args]), attr)
+        key = (r[2],) + tuple([args[j] for j in r[3]]) if r[3] else r[2]
+        s = self._sigtab.get(key)
+        return s if s is not None else self._intern(key, op)
 
     def _add_caching(self, op, args, key, data=None, by_node=False, attr=None):
         e = self.add(op, args, attr, data)
