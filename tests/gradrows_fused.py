@@ -24,7 +24,7 @@ def _row(base, act):
     return lambda c, k: red(f(one(c, k)), k) + red(f(two(c, k)), k)
 
 
-# the other operand of an op that takes an activation in: computed, a parameter, mixed sizes
+# the other operand of an op that takes an activation in: mixed sizes, a parameter, computed
 OTHERS = (lambda c, k: c.pos(k), lambda c, k: c.P.b, lambda c, k: c.h(k) * 0.5)
 ACTED = (lambda c, k: c.mix(k) * 0.3, lambda c, k: c.e(k), lambda c, k: c.h(k) * 0.3)
 

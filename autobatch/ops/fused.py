@@ -16,6 +16,14 @@ from __future__ import annotations
 from .base import OPS, Op
 
 
+def _into(op, xp, xs, attr, data, out):
+    """op's result written into out: the fused ops declare forward_into whatever their parts do."""
+    if op.has_into:
+        op.forward_into(xp, xs, attr, data, out)
+    else:
+        out[...] = op.forward(xp, xs, attr, data)
+
+
 class Fused(Op):
     """One registered instance per (base, activation) pair; everything but the last step of
     forward and the first of backward is the base's."""
@@ -41,10 +49,7 @@ class Fused(Op):
         return y
 
     def forward_into(self, xp, xs, attr, data, out):
-        if self.base.has_into:
-            self.base.forward_into(xp, xs, attr, data, out)
-        else:
-            out[...] = self.base.forward(xp, xs, attr, data)
+        _into(self.base, xp, xs, attr, data, out)
         self.act.forward_into(xp, [out], None, None, out)
 
     def grad_prologue(self, xp, y, gy, inplace=False):
@@ -107,11 +112,7 @@ class FusedIn(Op):
         return self.base.forward(xp, self._acted(xp, xs)[0], attr, data)
 
     def forward_into(self, xp, xs, attr, data, out):
-        ys = self._acted(xp, xs)[0]
-        if self.base.has_into:
-            self.base.forward_into(xp, ys, attr, data, out)
-        else:
-            out[...] = self.base.forward(xp, ys, attr, data)
+        _into(self.base, xp, self._acted(xp, xs)[0], attr, data, out)
 
     def backward(self, xp, xs, y, gy, attr, data):
         ys, t = self._acted(xp, xs)
