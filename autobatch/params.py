@@ -457,10 +457,15 @@ class LookupParameter(Parameter):
         if self.all_updated:
             self.zero_grad()
         elif self.rows_used:
-            self.grad[self.used_rows()] = 0
-            self._grad_zeroed()
+            self._clear_rows(self.used_rows())
         elif self.touched:
             self.zero_grad()
+
+    def _clear_rows(self, rows) -> None:
+        """Zero the gradient of rows, all that can hold any (used_rows()); a trainer that
+        already has them calls this rather than _clear_grad, which would sort them again."""
+        self.grad[rows] = 0
+        self._grad_zeroed()
 
 
 class ParameterCollection:

@@ -206,8 +206,7 @@ class Trainer:
             p.data[rows] = x
             for a, n in zip(aux, st):
                 a[rows] = n
-            p.grad[rows] = 0
-            p._grad_zeroed()
+            p._clear_rows(rows)
 
     def _rule(self, x, g, aux: list, gscale: float, xp):
         """New value and state arrays from value x, gradient g and state aux (all same shape)."""
