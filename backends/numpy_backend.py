@@ -2,8 +2,12 @@
 
 Blocks whose offsets are multiples of their size (the executor aligns batch outputs
 so that they are) are moved as whole rows of a (len/size, size) view: the index is
-B row numbers instead of B·size element numbers, and take copies rows with memcpy."""
+B row numbers instead of B·size element numbers, and take copies rows with memcpy. A block
+made of aligned smaller blocks (a concatenation of two children's states lying side by side)
+moves as those rows."""
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -34,17 +38,30 @@ class NumpyBackend:
 
     def _blocks(self, offsets, size):
         """The blocks' index, which gather hands back for scatter_add: row numbers (B,) of a
-        (len/size, size) view when every offset is a multiple of size, else the blocks' first
+        (len/size, size) view when every offset is a multiple of size; else, when they are
+        all multiples of a divisor d of size, the k = size/d row numbers of each block in a
+        (len/d, d) view, (B, k) (a 512-float concatenation at a multiple of 256: its two
+        rows, 5x faster to take and add than 512 element numbers); else the blocks' first
         element numbers as a column (B, 1)."""
         o = np.asarray(offsets, dtype=np.intp)
         q, r = np.divmod(o, size)            # one ufunc call: 2 us less than % then //
-        return o[:, None] if r.any() else q
+        if not r.any():
+            return q
+        d = math.gcd(size, int(np.gcd.reduce(r)))
+        if d > 1:
+            return (o // d)[:, None] + self.arange(size // d)
+        return o[:, None]
 
     def _view(self, buf, index, size):
         """(view of buf, index into it) for an index from _blocks (or ragged_index, size 1)."""
         if index.ndim == 1:
             n = buf.shape[0] // size
             return buf[:n * size].reshape(n, size), index    # a view (np's as_strided costs 7 us)
+        k = index.shape[1]
+        if k > 1:                             # rows of a divisor of size
+            d = size // k
+            n = buf.shape[0] // d
+            return buf[:n * d].reshape(n, d), index.reshape(-1)
         return buf, index + self.arange(size)
 
     def gather(self, buf, offsets, size: int):
@@ -53,7 +70,9 @@ class NumpyBackend:
         skips the conversion and the alignment test)."""
         index = self._blocks(offsets, size)
         view, idx = self._view(buf, index, size)
-        return (view.take(idx, axis=0) if idx.ndim == 1 else view.take(idx)), index
+        if idx.ndim == 2:
+            return view.take(idx), index
+        return view.take(idx, axis=0).reshape(len(index), size), index
 
     def scatter_add(self, buf, index, size: int, vals, unique: bool):
         """buf[block k] += vals[k] for B blocks (dense→sparse), index from gather (or

@@ -173,23 +173,32 @@ def test_ragged_index_is_concatenated_ranges():
 
 
 
-@pytest.mark.parametrize("size", [4, 1])
-@pytest.mark.parametrize("offs", [[8, 0, 24], [8, 3, 24], [0, 0, 16]])
+@pytest.mark.parametrize("size", [8, 4, 1])
+@pytest.mark.parametrize("offs", [[8, 0, 24], [8, 3, 24], [0, 0, 16], [4, 28, 12], [2, 30, 18], [4, 4, 20]])
 def test_numpy_scatter_add_takes_the_index_its_gather_handed_back(offs, size):
     """gather returns the blocks' index with the copy (row numbers when the blocks are
-    aligned, block starts when not); scatter_add with it adds to those same blocks (every
-    repeat of a block, with unique=False), as does a ragged index with size 1."""
+    aligned, rows of a divisor of the size when the offsets are its multiples, block starts
+    when neither); scatter_add with it adds to those same blocks (every repeat of a block,
+    with unique=False; the buffered add when they are distinct), as does a ragged index with
+    size 1."""
     buf = np.arange(40, dtype=np.float64)
     vals = np.arange(3.0 * size).reshape(3, size)
     be = NumpyBackend()
     x, index = be.gather(buf, offs, size)
     np.testing.assert_array_equal(x, np.stack([buf[o:o + size] for o in offs]))
+    d = np.gcd.reduce(offs + [size])
+    assert index.shape == ((3,) if d == size else (3, size // d) if d > 1 else (3, 1)), \
+        "the index kind: rows of the size, rows of its largest divisor, or element numbers"
     want = np.zeros(40)
     for k, o in enumerate(offs):
         want[o:o + size] += vals[k]
     out = np.zeros(40)
     be.scatter_add(out, index, size, vals, unique=False)
     np.testing.assert_array_equal(out, want)
+    if min(np.diff(sorted(offs))) >= size:    # distinct, disjoint blocks
+        out = np.zeros(40)
+        be.scatter_add(out, index, size, vals, unique=True)
+        np.testing.assert_array_equal(out, want)
     out = np.zeros(40)
     be.scatter_add(out, be.ragged_index(offs, [size] * 3), 1, vals, unique=False)
     np.testing.assert_array_equal(out, want)
