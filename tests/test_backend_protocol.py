@@ -273,14 +273,28 @@ def test_numpy_add_rows_sums_repeated_rows(n, width):
 def test_row_grad_summed_has_each_row_once_with_its_sum(V, n, d, seed):
     """RowGrad.summed: distinct rows, each with the sum of its values, whichever segment-sum
     path the sizes pick (d=200 with few distinct rows takes the per-segment one)."""
+    _check_summed(V, n, d, 0, seed)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 2000), st.integers(513, 3000), st.sampled_from([1, 8, 64]),
+       st.sampled_from([0, 65536]), st.integers(0, 2**31))
+def test_row_grad_summed_in_chunks(V, n, d, far, seed):
+    """Over 512 rows the sorted rows are summed a chunk of whole runs at a time (a run may be
+    longer than a chunk: few distinct rows); rows that reach 2**16 (here r and r + 2**16
+    side by side, equal as 16-bit numbers) sort as int64."""
+    _check_summed(V, n, d, far, seed)
+
+
+def _check_summed(V, n, d, far, seed):
     from autobatch.ops import RowGrad
     rng = np.random.default_rng(seed)
-    rows = rng.integers(0, V, n)
+    rows = rng.integers(0, V, n) + far * (rng.random(n) < 0.5)
     vals = rng.normal(size=(n, d))
     g = RowGrad(rows, vals).summed(np)
     assert len(set(g.rows.tolist())) == len(g.rows)
-    got = np.zeros((V, d))
+    got = np.zeros((far + V, d))
     got[g.rows] = g.vals
-    want = np.zeros((V, d))
+    want = np.zeros((far + V, d))
     np.add.at(want, rows, vals)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)

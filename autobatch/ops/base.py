@@ -57,6 +57,38 @@ def _segment_sums(xp, v, starts):
     return out
 
 
+# rows of a sorted gradient taken and summed at a time: the rows of one chunk are summed while
+# they are in cache (reordering a whole 16384x256 minibatch first streams 16 MB out to memory
+# and back in: Tree-FC's 16384 lookups over 1000 words, 8.5 -> about 4 ms a minibatch)
+_SUM_CHUNK = 256
+
+
+def _sorted_segment_sums(xp, vals, order, starts):
+    """_segment_sums of vals.take(order) (rows sorted by table row; starts: where each row's
+    run begins), a chunk of whole runs at a time."""
+    n = order.shape[0]
+    if n <= 2 * _SUM_CHUNK:
+        return _segment_sums(xp, vals.take(order, axis=0), starts)
+    m = starts.shape[0]
+    out = xp.empty((m,) + vals.shape[1:], dtype=vals.dtype)
+    # the first run starting at or after each multiple of the chunk size
+    cuts = xp.unique(xp.searchsorted(starts, xp.arange(0, n, _SUM_CHUNK))).tolist()
+    cuts = [c for c in cuts if c < m] + [m]
+    bounds = starts.tolist() + [n]
+    for a, b in zip(cuts, cuts[1:]):
+        lo, hi = bounds[a], bounds[b]
+        out[a:b] = _segment_sums(xp, vals.take(order[lo:hi], axis=0), starts[a:b] - lo)
+    return out
+
+
+def _row_order(xp, rows):
+    """argsort(rows, kind="stable"): table rows below 2**16 as uint16 take NumPy's radix
+    sort (0.76 -> 0.11 ms for 16384 rows)."""
+    if xp.__name__ == "numpy" and rows.shape[0] and 0 <= int(rows.min()) and int(rows.max()) < 1 << 16:
+        return xp.argsort(rows.astype(xp.uint16), kind="stable")
+    return xp.argsort(rows, kind="stable")
+
+
 class RowGrad:
     """A sparse gradient for a shared table: ``grad[rows[k]] += vals[k]``.
 
@@ -78,13 +110,13 @@ class RowGrad:
         rows, vals = self.rows, self.vals
         if rows.shape[0] < 2:
             return self
-        order = xp.argsort(rows, kind="stable")
+        order = _row_order(xp, rows)
         r = rows[order]
         starts = xp.flatnonzero(xp.concatenate((xp.ones(1, dtype=bool), r[1:] != r[:-1])))
         if starts.shape[0] == r.shape[0]:
             return self
         if hasattr(xp.add, "reduceat"):
-            sums = _segment_sums(xp, vals.take(order, axis=0), starts)
+            sums = _sorted_segment_sums(xp, vals, order, starts)
         else:                               # CuPy: no reduceat; segment ids and one scatter-add
             import cupyx
             seg = xp.cumsum(xp.concatenate((xp.zeros(1, dtype=xp.int64), (r[1:] != r[:-1]).astype(xp.int64))))
