@@ -57,22 +57,25 @@ def _segment_sums(xp, v, starts):
     return out
 
 
-# rows of a sorted gradient taken and summed at a time: the rows of one chunk are summed while
-# they are in cache (reordering a whole 16384x256 minibatch first streams 16 MB out to memory
-# and back in: Tree-FC's 16384 lookups over 1000 words, 8.5 -> about 4 ms a minibatch)
-_SUM_CHUNK = 256
+# elements of a sorted gradient taken and summed at a time: the rows of one chunk are summed
+# while they are in cache (reordering a whole 16384x256 minibatch first streams 16 MB out to
+# memory and back in: Tree-FC's 16384 lookups over 1000 words, 8.5 -> about 4 ms a minibatch);
+# a gradient that fits in L2 (a Tree-LSTM minibatch's 1136 leaves) is reordered whole
+_SUM_CHUNK = 1 << 16
+_SUM_WHOLE = 1 << 19
 
 
 def _sorted_segment_sums(xp, vals, order, starts):
     """_segment_sums of vals.take(order) (rows sorted by table row; starts: where each row's
     run begins), a chunk of whole runs at a time."""
     n = order.shape[0]
-    if n <= 2 * _SUM_CHUNK:
+    if vals.size <= _SUM_WHOLE:
         return _segment_sums(xp, vals.take(order, axis=0), starts)
     m = starts.shape[0]
     out = xp.empty((m,) + vals.shape[1:], dtype=vals.dtype)
-    # the first run starting at or after each multiple of the chunk size
-    cuts = xp.unique(xp.searchsorted(starts, xp.arange(0, n, _SUM_CHUNK))).tolist()
+    # the first run starting at or after each multiple of the chunk's rows
+    step = max(1, _SUM_CHUNK * n // vals.size)
+    cuts = xp.unique(xp.searchsorted(starts, xp.arange(0, n, step))).tolist()
     cuts = [c for c in cuts if c < m] + [m]
     bounds = starts.tolist() + [n]
     for a, b in zip(cuts, cuts[1:]):
