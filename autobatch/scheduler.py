@@ -36,23 +36,25 @@ def schedule(strategy: Strategy, lo: int, hi: int, sigs: list, depths: list, arg
     return _adaptive(lo, hi, sigs, depths, args, heavy_of_sig, uses, family)
 
 
-# family -> [its rule, forwards scheduled]; a training loop builds the same kind of graph
-# thousands of times, so the rules are compared only now and then
+# family -> [its rule, forwards scheduled, reach]; a training loop builds the same kind of graph
+# thousands of times, so the rules are compared only now and then. reach: how many steps from
+# the end of the graph the level rule must look for nodes to run as late as possible (the
+# deepest such node the trials met; -1: none), so that later forwards walk only that far
 _FAMILIES: dict = {}
 _TRIALS = 2        # the first forwards of a family try every rule
 _RECHECK = 50      # and then every 50th, in case the data changed (longer sentences, ...)
 _DYNET_GAIN = 0.9  # DyNet's rule costs about twice as much to schedule: it must save 10% of batches
 
 
-def _levels(lo, hi, sigs, depths, args, heavy_of_sig, uses):
-    return _agenda(lo, hi, sigs, depths, args, heavy_of_sig, uses)
+def _levels(lo, hi, sigs, depths, args, heavy_of_sig, uses, reach=None, found=None):
+    return _agenda(lo, hi, sigs, depths, args, heavy_of_sig, uses, reach, found)
 
 
-def _dynet(lo, hi, sigs, depths, args, heavy_of_sig, uses):
+def _dynet(lo, hi, sigs, depths, args, heavy_of_sig, uses, reach=None):
     return _dynet_agenda(lo, hi, sigs, depths, args, heavy_of_sig)
 
 
-def _depth(lo, hi, sigs, depths, args, heavy_of_sig, uses):
+def _depth(lo, hi, sigs, depths, args, heavy_of_sig, uses, reach=None):
     return _by_depth(lo, hi, sigs, depths)
 
 
@@ -68,18 +70,21 @@ def _adaptive(lo, hi, sigs, depths, args, heavy_of_sig, uses, family):
     if c is None:
         if len(_FAMILIES) > 1000:
             _FAMILIES.clear()
-        c = _FAMILIES[family] = [_levels, 0]
+        c = _FAMILIES[family] = [_levels, 0, -1]
     c[1] += 1
     a = (lo, hi, sigs, depths, args, heavy_of_sig, uses)
     if c[1] <= _TRIALS or c[1] % _RECHECK == 0:
-        levels, dynet, depth = _levels(*a), _dynet(*a), _depth(*a)
+        found = []
+        levels, dynet, depth = _levels(*a, _NEAR_END, found), _dynet(*a), _depth(*a)
+        # the deepest late node of any trial: a smaller reach would leave it at its depth
+        c[2] = max(c[2], found[0])
         best, c[0] = levels, _levels
         if len(dynet) <= _DYNET_GAIN * len(levels):
             best, c[0] = dynet, _dynet
         elif len(depth) <= len(levels):
             best, c[0] = depth, _depth
         return best
-    return c[0](*a)
+    return c[0](*a, c[2])
 
 
 def _ints(column, lo, hi):
@@ -236,12 +241,17 @@ def _inputs(args, nodes, lo, sig_all):
     return src[keep], dst[keep]
 
 
-def _late_levels_np(lo, args, sig_all, pend, sig, uses, level, top, ns):
+def _late_levels_np(lo, args, sig_all, pend, sig, uses, level, top, ns, reach):
     """_near_end + _late_levels with NumPy over the end region, for large forwards: updates
     `level` (local ids, depth - base; top: its highest pending value) in place with the same
     result as the Python versions. `uses` (consumer counts, an array of its own) is used up
-    by the walk. Returns the nodes whose level changed."""
-    # heights: reverse Kahn walk from the sinks, _NEAR_END levels deep; every node enters
+    by the walk, which goes `reach` steps from the end. Returns the nodes whose level changed
+    and the height of the deepest node put on a late level (-1: none).
+
+    A node's inputs lie further from the end than it does, so with a reach that covers every
+    late node the levels are those of the full reach: the nodes beyond it keep their depths
+    either way."""
+    # heights: reverse Kahn walk from the sinks, `reach` levels deep; every node enters
     # one frontier, so the frontiers are the end region, with no graph-sized height array
     left = uses
     frontier = np.flatnonzero(uses == 0)
@@ -251,11 +261,11 @@ def _late_levels_np(lo, args, sig_all, pend, sig, uses, level, top, ns):
     # function's time); the last frontier's inputs need none: they lie more than _NEAR_END
     # steps above a sink, so at a depth below every level a node of the region gets
     edges = []
-    for h in range(_NEAR_END + 1):
+    for h in range(reach + 1):
         if len(frontier) == 0:
             break
         fronts.append(frontier)
-        if h == _NEAR_END:
+        if h == reach:
             break
         preds, dst = _inputs(args, frontier, lo, sig_all)
         edges.append((preds, dst))
@@ -264,7 +274,7 @@ def _late_levels_np(lo, args, sig_all, pend, sig, uses, level, top, ns):
         np.subtract.at(left, preds, 1)              # the region's size, not the graph's
         frontier = _unique(preds[left[preds] == 0])   # a node fed twice appears twice
     if not fronts:
-        return pend[:0]
+        return pend[:0], -1
     near = np.concatenate(fronts)
     height = np.repeat(np.arange(len(fronts)), [len(f) for f in fronts])
     # signatures all of whose nodes are near and that take fewer levels as late as possible
@@ -276,17 +286,17 @@ def _late_levels_np(lo, args, sig_all, pend, sig, uses, level, top, ns):
     n_d = np.bincount(_unique(s_near * m + d_near) // m, minlength=ns)
     late = (full & (n_h < n_d))[s_near]
     if not late.any():
-        return pend[:0]
+        return pend[:0], -1
     level[near[late]] = top - height[late]
     # lift every near node above its inputs (longest path within the end region): an input
     # of a node of frontier h is far or in a later frontier, so one pass from the last
     # frontier to the sinks meets every input after its own lift
     for preds, dst in reversed(edges):
         np.maximum.at(level, dst, level[preds] + 1)
-    return near[level[near] != d_near]
+    return near[level[near] != d_near], int(height[late].max())
 
 
-def _agenda(lo, hi, sigs, depths, args, heavy_of_sig, uses):
+def _agenda(lo, hi, sigs, depths, args, heavy_of_sig, uses, reach=None, found=None):
     """The agenda of ready nodes, run level by level.
 
     DyNet ranks signatures by the average depth of all their nodes; on Tree-LSTMs and
@@ -302,7 +312,9 @@ def _agenda(lo, hi, sigs, depths, args, heavy_of_sig, uses):
     level", computed without simulating the agenda node by node.
 
     Cost: one vectorised sort of the pending nodes (like depth batching) plus Python
-    work over the end region of the graph only."""
+    work over the end region of the graph only, `reach` steps deep (default _NEAR_END; -1:
+    no late levels). found: a list that gets the height of the deepest node that ran late
+    (-1: none), the reach that gives the same batches."""
     if hi - lo <= _SMALL:
         return _agenda_small(lo, hi, sigs, depths, args, heavy_of_sig, uses)
     sig_all = _ints(sigs, lo, hi)
@@ -315,10 +327,16 @@ def _agenda(lo, hi, sigs, depths, args, heavy_of_sig, uses):
     base = int(depth.min())
     level = depth_all - base
     ns = int(sig.max()) + 1
-    moved = _late_levels_np(lo, args, sig_all, pend, sig, _ints(uses, lo, hi), level,
-                            int(depth.max()) - base, ns)
+    reach = _NEAR_END if reach is None else reach
+    moved, deepest = pend[:0], -1
+    if reach >= 0:
+        moved, deepest = _late_levels_np(lo, args, sig_all, pend, sig, _ints(uses, lo, hi), level,
+                                         int(depth.max()) - base, ns, reach)
     if len(moved) and _more_batches(level, depth_all, pend, sig, sig_all, moved, ns):
         level[moved] = depth_all[moved] - base     # never more batches than depth batching
+        deepest = -1
+    if found is not None:
+        found.append(deepest)
     heavy = np.array([heavy_of_sig(t) for t in range(ns)], dtype=np.int64)
     key = (level[pend] * 2 + heavy[sig]) * ns + sig   # level, then cheap ops first, then signature
     order = _stable_order(key)            # stable: ids stay ascending in a batch

@@ -215,6 +215,35 @@ def test_agenda_keeps_levels_on_trees(monkeypatch):
     assert calls == []
 
 
+def test_later_forwards_walk_only_as_far_from_the_end_as_the_trials_needed(monkeypatch):
+    """The trials of a kind of graph find how far from its end the late nodes lie (the loss
+    heads of a forest); later forwards walk only that far, with the batches of the
+    full walk."""
+    monkeypatch.setattr(scheduler, "_FAMILIES", {})
+    rng = np.random.default_rng(3)
+    P = _chains_params()
+    forests = [[_random_tree(rng, int(rng.integers(2, 20))) for _ in range(16)] for _ in range(4)]
+    for forest in forests[:2]:                       # the trials
+        _count("agenda", lambda: _forest(P, forest))
+    reaches = []
+    orig = scheduler._late_levels_np
+    monkeypatch.setattr(scheduler, "_late_levels_np",
+                        lambda *a: reaches.append(a[-1]) or orig(*a))
+    for forest in forests[2:]:
+        dy.renew_cg("agenda")
+        _forest(P, forest)
+        g = dy.cg()
+        args = (0, g.node_count(), g.sigs, g.depths, g.args, g.heavy_of_sig, g.uses)
+        plan = scheduler.schedule(Strategy.AGENDA, *args, g.family_key)
+        reach = reaches[-1]
+        assert 0 < reach < scheduler._NEAR_END
+        full = scheduler._agenda(*args)
+        assert reaches[-1] == scheduler._NEAR_END
+        assert plan == full
+        # the reach is no further than needed: one step less, the deepest late nodes stay put
+        assert len(full) < len(scheduler._agenda(*args, reach - 1)) <= len(scheduler._agenda(*args, -1))
+
+
 def _complete(rng, leaves):
     return int(rng.integers(0, 30)) if leaves == 1 else (_complete(rng, leaves // 2), _complete(rng, leaves // 2))
 
