@@ -15,6 +15,7 @@ from operator import itemgetter, sub
 from . import memory
 from .errors import GraphError, NonFiniteError, user_line
 from .ops import ProductGrad, RowGrad
+from .ops.base import WIDE_ARITY
 from .scheduler import schedule
 
 
@@ -38,6 +39,8 @@ def _columns(args, ids, a0):
 
 
 class Batch:
+    # wide: False, True (a batch of wide nodes of one arity, its inputs one (B, n, *shape)
+    # block), or the nodes' numbers of inputs (wide nodes of several: one (N, *shape) block)
     __slots__ = ("ids", "op", "attr", "data", "xs", "ins", "out", "n", "y", "need", "wide")
 
 
@@ -295,7 +298,7 @@ class Executor:
                 sizes_flat = list(map(g.sizes.of, each))
         xs, ins = [], []
         # one node with many same-shape inputs (the esum of all losses): one gather
-        wide = len(a0) > 4 and not shared and self._wide(ids, a0, xs, ins, op.has_stacked)
+        wide = len(a0) > WIDE_ARITY and not shared and self._wide(ids, a0, xs, ins, op.has_stacked)
         stacked = wide and op.has_stacked     # xs is then the one (B, n, *shape) block
         if not wide:
             rows = itemgetter(*ids)(g.args) if B > 1 and cols is None else None
@@ -333,7 +336,10 @@ class Executor:
         view = self.buf[off:off + n]
         y = view.reshape(shape)
         if stacked:
-            op.forward_stacked(self.xp, xs[0], attr, data, y)
+            if wide is True:
+                op.forward_stacked(self.xp, xs[0], attr, data, y)
+            else:
+                op.forward_ragged(self.xp, xs[0], wide, attr, data, y)
         elif r is None:
             op.forward_into(self.xp, xs, attr, data, y)
         else:
@@ -391,17 +397,23 @@ class Executor:
         """Gather all inputs of all nodes of a batch of wide nodes (the per-instance esum of
         many losses) as one (B, n, *shape) block in one copy; False if the shapes differ.
         Input j of the batch is then the view [:, j], or (stacked: the op takes the block
-        whole) the block is the batch's one input; backward scatters them in one go."""
+        whole) the block is the batch's one input; backward scatters them in one go.
+        Nodes of different arities (an op with forward_ragged) give one (N, *shape) block
+        of every node's inputs in turn, and their arities (Batch.wide) instead of True."""
         shapes = self.g.shapes
         B, n = len(ids), len(a0)
-        srcs = list(a0) if B == 1 else list(itertools.chain.from_iterable(itemgetter(*ids)(self.g.args)))
+        rows = (a0,) if B == 1 else itemgetter(*ids)(self.g.args)
+        srcs = list(itertools.chain.from_iterable(rows))
         sh = shapes[a0[0]]
         if len(set(map(shapes.__getitem__, srcs))) != 1:
             return False
         x, info, _ = self._gather(srcs, sh, None)
+        ins.append(info)
+        if len(set(map(len, rows))) > 1:
+            xs.append(x)
+            return list(map(len, rows))
         x = x.reshape((B, n) + sh)
         xs.extend([x] if stacked else [x[:, k] for k in range(n)])
-        ins.append(info)
         return True
 
     # --- backward -------------------------------------------------------------
@@ -493,6 +505,9 @@ class Executor:
     def _wide_grad(self, b, gy):
         """The gradients of a batch of wide nodes in gather order: node-major, (B·n, size)."""
         xp, B = self.xp, len(b.ids)
+        if b.wide is not True:
+            gx = b.op.backward_ragged(xp, b.xs[0], b.y, gy, b.wide, b.attr, b.data)
+            return gx.reshape(gx.shape[0], -1)
         if b.op.has_stacked:
             gx = b.op.backward_stacked(xp, b.xs[0], b.y, gy, b.attr, b.data)
             return gx.reshape(B * gx.shape[1], -1)

@@ -19,7 +19,7 @@ from .errors import GraphError, StaleExpressionError, user_line, user_site, wher
 from .executor import Executor
 from .ops import ShapeError
 from .ops.fused import FUSED, FUSED_IN
-from .ops.base import prod
+from .ops.base import WIDE_ARITY, prod
 from .runtime import Strategy, parse_strategy
 from .stats import Stats
 
@@ -52,8 +52,13 @@ def _rule(op, ins, attr):
             raise GraphError(f"{e} [op {op.name}, input shapes {list(ins)}, at {user_line()}]") from None
         size = SIZE_OF[out] = prod(out)
         # the arity is part of every signature: elementwise sigs ignore shapes, and an
-        # add of 2 inputs must not batch with an esum of 3 (kernels stack input j of all nodes)
-        base = (op.name, len(ins), op.sig(ins, attr)) if op.batchable else None
+        # add of 2 inputs must not batch with an esum of 3 (kernels stack input j of all nodes);
+        # but wide nodes of one input shape batch whatever their arity where the op takes
+        # their inputs ragged (the esums of losses of instances of every size)
+        arity = len(ins)
+        if op.has_ragged and arity > WIDE_ARITY and ins.count(ins[0]) == arity:
+            arity = ("wide", ins[0])
+        base = (op.name, arity, op.sig(ins, attr)) if op.batchable else None
         if base is not None:
             base = _BASE_SIGS.setdefault(base, len(_BASE_SIGS))
         r = _RULES[key] = (out, size, base, op.shared_of(len(ins)))

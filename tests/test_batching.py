@@ -362,6 +362,84 @@ def test_forward_stacked_equals_forward_over_the_inputs(name):
                                np.stack(op.backward(np, xs, want, gy, None, None), axis=1), rtol=1e-12)
 
 
+@pytest.mark.parametrize("wide", [dy.esum, dy.average])
+def test_wide_sums_of_every_arity_are_one_batch(f64, m, wide):
+    """Wide sums (or averages) of one input shape batch whatever their number of inputs (the
+    per-instance esum of the losses of sentences of every length): one batch, one gather of
+    every node's inputs in turn, values and gradients of the same sums as chains of two-input
+    adds; a term used by two sums and twice by one, and a parameter term, get all their
+    gradient."""
+    arities = (5, 9, 6, 7)
+
+    def run(fn, strategy="agenda"):
+        for p in (m["W"], m["b"], m["E"]):
+            p.zero_grad()
+        dy.renew_cg(strategy)
+        shared = dy.tanh(m["W"] * m["E"][0] + m["b"])
+        sums = []
+        for k, n in enumerate(arities):
+            terms = [dy.tanh(m["W"] * m["E"][(k + j) % 7] + m["b"]) for j in range(n - 2)]
+            terms += [shared, shared] if k != 2 else [shared, dy.parameter(m["b"])]
+            sums.append(dy.sum_elems(fn(terms)) * (k + 1))
+        loss = dy.esum(sums[:3]) + sums[3]
+        v = loss.value()
+        loss.backward()
+        return v, [p.grad_as_array().copy() for p in (m["W"], m["b"], m["E"])]
+
+    def chain(terms):
+        y = terms[0]
+        for t in terms[1:]:
+            y = y + t
+        return y if wide is dy.esum else y * (1.0 / len(terms))
+    v1, g1 = run(wide)
+    batches = [b for b in dy.cg().exe.batches if b.wide]
+    assert [b.wide for b in batches] == [list(arities)]
+    assert batches[0].xs[0].shape == (sum(arities), 3)
+    # one copy of every node's inputs (a parameter among them: stacked from their values)
+    assert len(batches[0].ins) == 1 and batches[0].ins[0][0] == "ext"
+    v0, g0 = run(chain)
+    for strategy in ("depth", "none"):
+        v2, g2 = run(wide, strategy)
+        np.testing.assert_allclose(v2, v0, rtol=1e-12)
+        for a, b in zip(g2, g0):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(v1, v0, rtol=1e-12)
+    for a, b in zip(g1, g0):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_only_wide_nodes_of_one_input_shape_leave_the_arity_out_of_their_signature():
+    dy.renew_cg("agenda")
+    x, y = dy.inputVector([1.0, 2.0]), dy.inputVector([3.0])
+    sig = dy.cg().sigs
+    s5, s9 = dy.esum([x] * 5), dy.esum([x] * 9)
+    assert sig[s5.i] == sig[s9.i]
+    assert sig[dy.esum([y] * 5).i] != sig[s5.i]                 # another shape
+    assert sig[dy.esum([x] * 4).i] not in (sig[s5.i], sig[dy.esum([x] * 3).i])   # not wide
+    assert sig[dy.average([x] * 7).i] != sig[s5.i]
+
+
+@pytest.mark.parametrize("name", sorted(n for n, op in OPS.items() if op.has_ragged))
+def test_forward_ragged_equals_forward_per_node(name):
+    """forward_ragged and backward_ragged over an (N, *shape) block of nodes of several
+    arities give what forward and backward give node by node; such an op is also stacked."""
+    op = OPS[name]
+    assert op.has_stacked
+    rng = np.random.default_rng(0)
+    counts = [5, 1, 8, 6]
+    x = rng.standard_normal((sum(counts), 4))
+    nodes = np.split(x, np.cumsum(counts)[:-1])
+    want = np.stack([op.forward(np, list(xs[:, None]), None, None)[0] for xs in nodes])
+    out = np.empty((len(counts), 4))
+    op.forward_ragged(np, x, counts, None, None, out)
+    np.testing.assert_allclose(out, want, rtol=1e-12)
+    gy = rng.standard_normal((len(counts), 4))
+    per_node = [np.concatenate(op.backward(np, list(xs[:, None]), want[k:k + 1], gy[k:k + 1], None, None))
+                for k, xs in enumerate(nodes)]
+    np.testing.assert_allclose(op.backward_ragged(np, x, out, gy, counts, None, None),
+                               np.concatenate(per_node), rtol=1e-12)
+
+
 @pytest.mark.parametrize("strategy", ["none", "agenda"])
 def test_wide_sum_of_one_parameter_repeated(strategy):
     """A wide sum whose inputs are all the same parameter (a broadcast, not a gather): its

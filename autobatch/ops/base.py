@@ -25,6 +25,12 @@ def register(cls):
     return op
 
 
+# nodes of more inputs than this are "wide" (the per-instance esum of losses): the engine
+# gathers all inputs of such a batch in one copy; an op with forward_ragged batches them
+# whatever their number of inputs
+WIDE_ARITY = 4
+
+
 def prod(dims) -> int:
     n = 1
     for d in dims:
@@ -90,6 +96,20 @@ def _row_order(xp, rows):
     if xp.__name__ == "numpy" and rows.shape[0] and 0 <= int(rows.min()) and int(rows.max()) < 1 << 16:
         return xp.argsort(rows.astype(xp.uint16), kind="stable")
     return xp.argsort(rows, kind="stable")
+
+
+def ragged_sums(xp, x, counts: list, out) -> None:
+    """out (B, *shape) = the sums of the consecutive row blocks of x (N, *shape), of counts[k]
+    rows each (all at least 1)."""
+    starts = [0]
+    for c in counts[:-1]:
+        starts.append(starts[-1] + c)
+    if hasattr(xp.add, "reduceat"):
+        xp.add.reduceat(x, xp.asarray(starts), axis=0, out=out)
+        return
+    import cupyx                            # CuPy before 13: no reduceat
+    out[...] = 0
+    cupyx.scatter_add(out, xp.repeat(xp.arange(len(counts)), xp.asarray(counts)), x)
 
 
 class RowGrad:
@@ -164,6 +184,7 @@ class Op:
     has_view = False      # set for subclasses that define view()
     has_into = False      # set for subclasses that define forward_into()
     has_stacked = False   # set for subclasses that define forward_stacked()
+    has_ragged = False    # set for subclasses that define forward_ragged()
     shared: tuple[int, ...] = ()
     elementwise = False
     heavy = False
@@ -177,6 +198,7 @@ class Op:
         cls.has_view = cls.view is not Op.view
         cls.has_into = cls.forward_into is not Op.forward_into
         cls.has_stacked = cls.forward_stacked is not Op.forward_stacked
+        cls.has_ragged = cls.forward_ragged is not Op.forward_ragged
 
     def shared_of(self, n_inputs: int) -> tuple[int, ...]:
         """Which inputs are shared, for a node with n_inputs inputs."""
@@ -228,6 +250,18 @@ class Op:
     def backward_stacked(self, xp, x, y, gy, attr: Any, data: list | None):
         """The gradients of forward_stacked's inputs as one array shaped like x (a
         broadcast view will do: the engine only reads it)."""
+        raise NotImplementedError
+
+    def forward_ragged(self, xp, x, counts: list, attr: Any, data: list | None, out) -> None:
+        """forward_stacked() of B wide nodes whose numbers of inputs differ: x (N, *shape)
+        holds node 0's counts[0] inputs, then node 1's, ...; out is (B, *shape). An op that
+        defines it batches wide nodes whatever their number of inputs (the signature then
+        leaves it out: the esums of losses of sentences of every length are one batch).
+        Optional; needs forward_stacked and backward_ragged."""
+        raise NotImplementedError
+
+    def backward_ragged(self, xp, x, y, gy, counts: list, attr: Any, data: list | None):
+        """The gradients of forward_ragged's inputs as one array shaped like x."""
         raise NotImplementedError
 
     # --- optional: what the vertex engine (vertex/) may do with an op -------------------

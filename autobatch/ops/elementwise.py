@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Op, ShapeError, register, stacked_inputs
+from .base import Op, ShapeError, ragged_sums, register, stacked_inputs
 
 
 class _Into(Op):
@@ -254,6 +254,12 @@ class Add(NAry):
     def backward_stacked(self, xp, x, y, gy, attr, data):
         return xp.broadcast_to(gy[:, None], x.shape)
 
+    def forward_ragged(self, xp, x, counts, attr, data, out):
+        ragged_sums(xp, x, counts, out)
+
+    def backward_ragged(self, xp, x, y, gy, counts, attr, data):
+        return xp.repeat(gy, xp.asarray(counts), axis=0)
+
 
 @register
 class Sub(NAry):
@@ -323,6 +329,18 @@ class Average(NAry):
 
     def backward_stacked(self, xp, x, y, gy, attr, data):
         return xp.broadcast_to((gy * (1.0 / x.shape[1]))[:, None], x.shape)
+
+    def forward_ragged(self, xp, x, counts, attr, data, out):
+        ragged_sums(xp, x, counts, out)
+        out *= _reciprocals(xp, counts, out)
+
+    def backward_ragged(self, xp, x, y, gy, counts, attr, data):
+        return xp.repeat(gy * _reciprocals(xp, counts, gy), xp.asarray(counts), axis=0)
+
+
+def _reciprocals(xp, counts, like):
+    """1/n per node as a column that broadcasts over like's rows (the 1/n forward uses)."""
+    return xp.asarray([1.0 / c for c in counts], dtype=like.dtype).reshape((-1,) + (1,) * (like.ndim - 1))
 
 
 @register
