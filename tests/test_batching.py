@@ -440,6 +440,23 @@ def test_forward_ragged_equals_forward_per_node(name):
                                np.concatenate(per_node), rtol=1e-12)
 
 
+def test_ragged_sums_take_one_scatter_where_the_array_module_is_not_numpy(monkeypatch):
+    """CuPy's path of ragged_sums (cupyx.scatter_add, as older CuPy has no reduceat), with
+    NumPy standing in for cupy and cupyx, gives reduceat's sums."""
+    import sys
+    import types
+    from autobatch.ops.base import ragged_sums
+    monkeypatch.setitem(sys.modules, "cupyx", types.SimpleNamespace(scatter_add=np.add.at))
+    xp = types.SimpleNamespace(__name__="cupy", repeat=np.repeat, arange=np.arange, asarray=np.asarray)
+    counts = [5, 1, 8, 6]
+    x = np.random.default_rng(1).standard_normal((sum(counts), 3))
+    want, got = np.empty((4, 3)), np.full((4, 3), 7.0)
+    ragged_sums(np, x, counts, want)
+    ragged_sums(xp, x, counts, got)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    np.testing.assert_allclose(want, [p.sum(axis=0) for p in np.split(x, np.cumsum(counts)[:-1])], rtol=1e-12)
+
+
 @pytest.mark.parametrize("strategy", ["none", "agenda"])
 def test_wide_sum_of_one_parameter_repeated(strategy):
     """A wide sum whose inputs are all the same parameter (a broadcast, not a gather): its
