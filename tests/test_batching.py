@@ -313,36 +313,53 @@ def test_batch_of_wide_sums_is_one_gather_with_the_same_gradients(f64, m):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
+def _as_chain(wide):
+    """wide (esum or average) of terms written as a chain of two-input adds."""
+    def chain(terms):
+        y = terms[0]
+        for t in terms[1:]:
+            y = y + t
+        return y if wide is dy.esum else y * (1.0 / len(terms))
+    return chain
+
+
+def _value_and_grads(m, strategy, build_loss):
+    """The loss build_loss() makes in a fresh graph, and the gradients it gives W, b and E."""
+    for p in (m["W"], m["b"], m["E"]):
+        p.zero_grad()
+    dy.renew_cg(strategy)
+    loss = build_loss()
+    v = loss.value()
+    loss.backward()
+    return v, [p.grad_as_array().copy() for p in (m["W"], m["b"], m["E"])]
+
+
+def _same(got, want):
+    """(value, gradients) pairs agree."""
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+    for a, b in zip(got[1], want[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize("wide", [dy.esum, dy.average])
 def test_batch_of_wide_sums_runs_one_kernel_over_the_stacked_block(f64, m, wide):
     """A batch of wide sums (or averages) hands the op all its inputs as the one (B, n, *shape)
     block it gathered (Op.forward_stacked: one sum over an axis instead of n adds), with the
     values and gradients of the same sums written as chains of two-input adds."""
     def run(fn):
-        for p in (m["W"], m["b"], m["E"]):
-            p.zero_grad()
-        dy.renew_cg("agenda")
-        sums = []
-        for k in range(3):
-            terms = [dy.tanh(m["W"] * m["E"][(k + j) % 7] + m["b"]) for j in range(6)]
-            sums.append(dy.sum_elems(fn(terms)) * (k + 1))
-        loss = dy.esum(sums[:2]) + sums[2]
-        v = loss.value()
-        loss.backward()
-        return v, [p.grad_as_array().copy() for p in (m["W"], m["b"], m["E"])]
+        def loss():
+            sums = []
+            for k in range(3):
+                terms = [dy.tanh(m["W"] * m["E"][(k + j) % 7] + m["b"]) for j in range(6)]
+                sums.append(dy.sum_elems(fn(terms)) * (k + 1))
+            return dy.esum(sums[:2]) + sums[2]
+        return _value_and_grads(m, "agenda", loss)
 
-    def chain(terms):
-        y = terms[0]
-        for t in terms[1:]:
-            y = y + t
-        return y if wide is dy.esum else y * (1.0 / len(terms))
     v1, g1 = run(wide)
     stacked = [b for b in dy.cg().exe.batches if b.wide]
     assert stacked and all(len(b.xs) == 1 and b.xs[0].shape == (3, 6, 3) for b in stacked)
-    v0, g0 = run(chain)
-    np.testing.assert_allclose(v1, v0, rtol=1e-12)
-    for a, b in zip(g1, g0):
-        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    v0, g0 = run(_as_chain(wide))
+    _same((v1, g1), (v0, g0))
 
 
 @pytest.mark.parametrize("name", sorted(n for n, op in OPS.items() if op.has_stacked))
@@ -372,40 +389,26 @@ def test_wide_sums_of_every_arity_are_one_batch(f64, m, wide):
     arities = (5, 9, 6, 7)
 
     def run(fn, strategy="agenda"):
-        for p in (m["W"], m["b"], m["E"]):
-            p.zero_grad()
-        dy.renew_cg(strategy)
-        shared = dy.tanh(m["W"] * m["E"][0] + m["b"])
-        sums = []
-        for k, n in enumerate(arities):
-            terms = [dy.tanh(m["W"] * m["E"][(k + j) % 7] + m["b"]) for j in range(n - 2)]
-            terms += [shared, shared] if k != 2 else [shared, dy.parameter(m["b"])]
-            sums.append(dy.sum_elems(fn(terms)) * (k + 1))
-        loss = dy.esum(sums[:3]) + sums[3]
-        v = loss.value()
-        loss.backward()
-        return v, [p.grad_as_array().copy() for p in (m["W"], m["b"], m["E"])]
+        def loss():
+            shared = dy.tanh(m["W"] * m["E"][0] + m["b"])
+            sums = []
+            for k, n in enumerate(arities):
+                terms = [dy.tanh(m["W"] * m["E"][(k + j) % 7] + m["b"]) for j in range(n - 2)]
+                terms += [shared, shared] if k != 2 else [shared, dy.parameter(m["b"])]
+                sums.append(dy.sum_elems(fn(terms)) * (k + 1))
+            return dy.esum(sums[:3]) + sums[3]
+        return _value_and_grads(m, strategy, loss)
 
-    def chain(terms):
-        y = terms[0]
-        for t in terms[1:]:
-            y = y + t
-        return y if wide is dy.esum else y * (1.0 / len(terms))
     v1, g1 = run(wide)
     batches = [b for b in dy.cg().exe.batches if b.wide]
     assert [b.wide for b in batches] == [list(arities)]
     assert batches[0].xs[0].shape == (sum(arities), 3)
     # one copy of every node's inputs (a parameter among them: stacked from their values)
     assert len(batches[0].ins) == 1 and batches[0].ins[0][0] == "ext"
-    v0, g0 = run(chain)
+    v0, g0 = run(_as_chain(wide))
     for strategy in ("depth", "none"):
-        v2, g2 = run(wide, strategy)
-        np.testing.assert_allclose(v2, v0, rtol=1e-12)
-        for a, b in zip(g2, g0):
-            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(v1, v0, rtol=1e-12)
-    for a, b in zip(g1, g0):
-        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+        _same(run(wide, strategy), (v0, g0))
+    _same((v1, g1), (v0, g0))
 
 
 def test_only_wide_nodes_of_one_input_shape_leave_the_arity_out_of_their_signature():
