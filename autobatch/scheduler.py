@@ -314,7 +314,10 @@ def _agenda(lo, hi, sigs, depths, args, heavy_of_sig, uses, reach=None, found=No
     Cost: one vectorised sort of the pending nodes (like depth batching) plus Python
     work over the end region of the graph only, `reach` steps deep (default _NEAR_END; -1:
     no late levels). found: a list that gets the height of the deepest node that ran late
-    (-1: none), the reach that gives the same batches."""
+    (-1: none, or a forward small enough for the plain Python version), the reach that gives
+    the same batches."""
+    if found is not None:
+        found.append(-1)          # replaced below where late nodes are found
     if hi - lo <= _SMALL:
         return _agenda_small(lo, hi, sigs, depths, args, heavy_of_sig, uses)
     sig_all = _ints(sigs, lo, hi)
@@ -336,7 +339,7 @@ def _agenda(lo, hi, sigs, depths, args, heavy_of_sig, uses, reach=None, found=No
         level[moved] = depth_all[moved] - base     # never more batches than depth batching
         deepest = -1
     if found is not None:
-        found.append(deepest)
+        found[-1] = deepest
     heavy = np.array([heavy_of_sig(t) for t in range(ns)], dtype=np.int64)
     key = (level[pend] * 2 + heavy[sig]) * ns + sig   # level, then cheap ops first, then signature
     order = _stable_order(key)            # stable: ids stay ascending in a batch

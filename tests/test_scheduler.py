@@ -244,6 +244,19 @@ def test_later_forwards_walk_only_as_far_from_the_end_as_the_trials_needed(monke
         assert len(full) < len(scheduler._agenda(*args, reach - 1)) <= len(scheduler._agenda(*args, -1))
 
 
+def test_a_forward_of_parameters_only_has_nothing_to_schedule(monkeypatch):
+    """A forward over more than _SMALL nodes that are all parameters (nothing to compute) is an
+    empty plan for every rule, the trials of its kind of graph included."""
+    monkeypatch.setattr(scheduler, "_FAMILIES", {})
+    pc = dy.ParameterCollection()
+    ps = [pc.add_parameters((2,)) for _ in range(scheduler._SMALL + 20)]
+    for _ in range(3):
+        dy.renew_cg("agenda")
+        es = [dy.parameter(p) for p in ps]
+        np.testing.assert_array_equal(es[-1].value(), ps[-1].as_array())
+        np.testing.assert_allclose(dy.esum(es[:5]).value(), sum(p.as_array() for p in ps[:5]), rtol=1e-6)
+
+
 def _complete(rng, leaves):
     return int(rng.integers(0, 30)) if leaves == 1 else (_complete(rng, leaves // 2), _complete(rng, leaves // 2))
 
