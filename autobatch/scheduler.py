@@ -258,7 +258,7 @@ def _late_levels_np(lo, args, sig_all, pend, sig, uses, level, top, ns, reach):
     frontier = frontier[sig_all[frontier] >= 0]
     fronts = []
     # the frontiers' input edges, kept for the lift below (gathering them is most of this
-    # function's time); the last frontier's inputs need none: they lie more than _NEAR_END
+    # function's time); the last frontier's inputs need none: they lie more than `reach`
     # steps above a sink, so at a depth below every level a node of the region gets
     edges = []
     for h in range(reach + 1):
