@@ -412,6 +412,8 @@ def test_wide_sums_of_every_arity_are_one_batch(f64, m, wide):
 
 
 def test_only_wide_nodes_of_one_input_shape_leave_the_arity_out_of_their_signature():
+    """Sums of more than four inputs of one shape share a signature whatever their arity; sums
+    of other shapes, narrower sums and averages keep their own."""
     dy.renew_cg("agenda")
     x, y = dy.inputVector([1.0, 2.0]), dy.inputVector([3.0])
     sig = dy.cg().sigs
