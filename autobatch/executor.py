@@ -409,9 +409,10 @@ class Executor:
             return False
         x, info, _ = self._gather(srcs, sh, None)
         ins.append(info)
-        if len(set(map(len, rows))) > 1:
+        counts = list(map(len, rows))
+        if counts.count(n) != B:
             xs.append(x)
-            return list(map(len, rows))
+            return counts
         x = x.reshape((B, n) + sh)
         xs.extend([x] if stacked else [x[:, k] for k in range(n)])
         return True

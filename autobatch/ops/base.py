@@ -98,18 +98,24 @@ def _row_order(xp, rows):
     return xp.argsort(rows, kind="stable")
 
 
-def ragged_sums(xp, x, counts: list, out) -> None:
-    """out (B, *shape) = the sums of the consecutive row blocks of x (N, *shape), of counts[k]
-    rows each (all at least 1)."""
-    starts = [0]
-    for c in counts[:-1]:
-        starts.append(starts[-1] + c)
+def _scattered_sums(xp, v, seg, m):
+    """Sums of the rows of v by segment number seg (0..m-1) in one scatter kernel: CuPy's
+    segmented sum (it has no reduceat, or none this project has run)."""
+    import cupyx
+    out = xp.zeros((m,) + v.shape[1:], dtype=v.dtype)
+    cupyx.scatter_add(out, seg, v)
+    return out
+
+
+def ragged_sums(xp, x, counts: list):
+    """(B, *shape) sums of the consecutive row blocks of x (N, *shape), of counts[k] rows each
+    (all at least 1)."""
     if xp.__name__ == "numpy":
-        xp.add.reduceat(x, xp.asarray(starts), axis=0, out=out)
-        return
-    import cupyx                            # one scatter kernel (older CuPy has no reduceat)
-    out[...] = 0
-    cupyx.scatter_add(out, xp.repeat(xp.arange(len(counts)), xp.asarray(counts)), x)
+        starts = [0]
+        for c in counts[:-1]:
+            starts.append(starts[-1] + c)
+        return _segment_sums(xp, x, xp.asarray(starts))
+    return _scattered_sums(xp, x, xp.repeat(xp.arange(len(counts)), xp.asarray(counts)), len(counts))
 
 
 class RowGrad:
@@ -141,10 +147,8 @@ class RowGrad:
         if hasattr(xp.add, "reduceat"):
             sums = _sorted_segment_sums(xp, vals, order, starts)
         else:                               # CuPy: no reduceat; segment ids and one scatter-add
-            import cupyx
             seg = xp.cumsum(xp.concatenate((xp.zeros(1, dtype=xp.int64), (r[1:] != r[:-1]).astype(xp.int64))))
-            sums = xp.zeros((starts.shape[0],) + vals.shape[1:], dtype=vals.dtype)
-            cupyx.scatter_add(sums, seg, vals[order])
+            sums = _scattered_sums(xp, vals[order], seg, starts.shape[0])
         return RowGrad(r[starts], sums)
 
 

@@ -255,7 +255,7 @@ class Add(NAry):
         return xp.broadcast_to(gy[:, None], x.shape)
 
     def forward_ragged(self, xp, x, counts, attr, data, out):
-        ragged_sums(xp, x, counts, out)
+        out[...] = ragged_sums(xp, x, counts)
 
     def backward_ragged(self, xp, x, y, gy, counts, attr, data):
         return xp.repeat(gy, xp.asarray(counts), axis=0)
@@ -331,8 +331,7 @@ class Average(NAry):
         return xp.broadcast_to((gy * (1.0 / x.shape[1]))[:, None], x.shape)
 
     def forward_ragged(self, xp, x, counts, attr, data, out):
-        ragged_sums(xp, x, counts, out)
-        out *= _reciprocals(xp, counts, out)
+        xp.multiply(ragged_sums(xp, x, counts), _reciprocals(xp, counts, out), out=out)
 
     def backward_ragged(self, xp, x, y, gy, counts, attr, data):
         return xp.repeat(gy * _reciprocals(xp, counts, gy), xp.asarray(counts), axis=0)
