@@ -9,7 +9,7 @@ from typing import Sequence
 import numpy as np
 
 from . import runtime
-from .errors import GraphError, StaleExpressionError, user_line
+from .errors import GraphError, GraphIndexError, StaleExpressionError, user_line
 from . import fastpath
 from .graph import ComputationGraph, Expression, cg
 from .ops import OPS
@@ -138,8 +138,12 @@ def constant(dim, val: float) -> Expression:
 
 
 def parameter(p: Parameter, update: bool = True) -> Expression:
-    """The expression of parameter p in the current graph (optional in autobatch)."""
-    return _graph().param_expr(p, update)
+    """The expression of parameter p in the current graph (optional in autobatch). A lookup
+    table of shape (V, d) reads as DyNet's whole-table expression: (d, V), a row per column."""
+    e = _graph().param_expr(p, update)
+    if getattr(p, "is_lookup", False) and len(p.data.shape) == 2:
+        return transpose(e)
+    return e
 
 
 def const_parameter(p: Parameter) -> Expression:
@@ -415,9 +419,12 @@ def max_dim(x, d: int = 0) -> Expression:
 
 
 def softmax(x, d: int = 0) -> Expression:
-    """Softmax over dimension 0 (each column of a matrix); same shape."""
+    """Softmax over dimension d: 0 (each column of a matrix) or, for a matrix, 1 (each row); same shape."""
+    if d == 1 and len(_shape(x)) == 2:
+        return transpose(_op(OPS["softmax"], transpose(x)))
     if d != 0:
-        raise GraphError(f"softmax: only d=0 is supported, got d={d} [at {user_line()}]")
+        raise GraphError(f"softmax: d must be 0, or 1 for a matrix; got d={d} for shape "
+                         f"{_shape(x)} [at {user_line()}]")
     return _op(OPS["softmax"], x)
 
 
@@ -621,7 +628,9 @@ def _getitem(x, k):
         return pickrange(x, s, e)
     k = int(k)
     n = _shape(x)[0]
-    return pick(x, k + n if -n <= k < 0 else k)   # x[-1] is the last element, as in DyNet
+    if not -n <= k < n:
+        raise GraphIndexError(f"pick: index {k} out of range for an input of shape {_shape(x)} [at {user_line()}]")
+    return pick(x, k + n if k < 0 else k)   # x[-1] is the last element, as in DyNet
 
 
 # Expression op Expression: the inline path of fastpath.binary, then the general one
@@ -640,6 +649,8 @@ Expression.__getitem__ = _getitem
 # Parameters in expressions and E[i] go straight to the functions above (binding them
 # here, not in params.py, keeps params free of graph imports on the hot path).
 LookupParameter.__getitem__ = lambda p, i: lookup(p, i)
+LookupParameter.expr = lambda p, update=True: parameter(p, update)
+Parameter.__getitem__ = lambda p, k: _getitem(parameter(p), k)
 Parameter.__add__ = lambda p, o: _add(p, o)
 Parameter.__radd__ = lambda p, o: _add(o, p)
 Parameter.__sub__ = lambda p, o: _sub(p, o)

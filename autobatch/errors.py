@@ -15,6 +15,11 @@ class GraphError(AutobatchError, ValueError):
     """Bad input to an op: wrong shapes, index out of range. Nothing was added."""
 
 
+class GraphIndexError(GraphError, IndexError):
+    """An index past the end of an expression (``x[k]``): an IndexError as well, so that
+    Python's iteration over an expression stops there, as DyNet's does."""
+
+
 class StaleExpressionError(AutobatchError, RuntimeError):
     """An Expression of a graph that has been renewed was used."""
 

@@ -107,7 +107,8 @@ def test_lookup_used_densely_updates_all_rows_under_sparse(f64):
     tr.set_clip_threshold(-1)
     e = E.as_array()
     dy.renew_cg()
-    loss = dy.sum_elems(dy.parameter(E) * dy.inputVector([1.0, 2.0, 3.0])) + dy.sum_elems(E[1])
+    # the whole-table expression is DyNet's (3, 4): a row per column
+    loss = dy.sum_elems(dy.parameter(E) * dy.inputVector([1.0, 2.0, 3.0, 4.0])) + dy.sum_elems(E[1])
     loss.backward()
     g = E.grad_as_array()
     assert E.all_updated and np.count_nonzero(np.abs(g).sum(axis=1)) == 4
