@@ -10,8 +10,8 @@ import numpy as np
 
 from . import runtime
 from .errors import GraphError, GraphIndexError, StaleExpressionError, user_line
-from . import fastpath
-from .graph import ComputationGraph, Expression, cg
+from . import api_dims, fastpath
+from .graph import ComputationGraph, Expression, cg, expression
 from .ops import OPS
 from .params import LookupParameter, Parameter
 
@@ -63,8 +63,11 @@ def _op1(op, x) -> Expression:
 def _op2(op, x, y) -> Expression:
     """Binary op without attributes (cmult, +, -): the second most common call."""
     g = _S.graph or cg()
-    return g.add2(op, x.i if type(x) is Expression and x.cg is g else _id(x, g, op),
-                  y.i if type(y) is Expression and y.cg is g else _id(y, g, op))
+    a = x.i if type(x) is Expression and x.cg is g else _id(x, g, op)
+    b = y.i if type(y) is Expression and y.cg is g else _id(y, g, op)
+    if op.broadcasts and g.shapes[a] != g.shapes[b]:
+        a, b = api_dims.broadcast_pair(g, op, a, b)
+    return g.add2(op, a, b)
 
 
 def _opl(op, xs: Sequence, attr=None, data=None) -> Expression:
@@ -212,12 +215,29 @@ def affine_transform(xs: Sequence) -> Expression:
                 return g.add(_AFFINE if b.i in g.ext else _MATMUL_ADD, (b.i, wi, x.i))
     if len(xs) % 2 == 0:
         raise GraphError(f"affine_transform: needs [b, W1, x1, W2, x2, ...], got {len(xs)} items [at {user_line()}]")
+    xs[0] = _bias_like(g, xs)
     if all(_is_param_node(xs[k], g) for k in range(1, len(xs), 2)):
         # b a parameter: affine (b shared); b computed per node: matmul_add (b stacked)
         op = _AFFINE if _is_param_node(xs[0], g) else _MATMUL_ADD
         return g.add(op, tuple([_id(x, g) for x in xs]))
     terms = [xs[0]] + [_matmul(xs[k], xs[k + 1]) for k in range(1, len(xs), 2)]
     return esum(terms)
+
+
+def _bias_like(g, xs):
+    """b of affine_transform(xs) in the products' shape where DyNet's rule allows it: (n, 1)
+    for (n,), and a vector added to every column of W·X; else b as it is (the op's shape
+    error then names both)."""
+    b, w, x = xs[0], xs[1], xs[2]
+    if not all(type(e) is Expression or isinstance(e, Parameter) for e in (b, w, x)):
+        return b
+    sw, sx = _shape(w), _shape(x)
+    out = (sw[0],) + sx[1:] if len(sw) == 2 and sx[0] == sw[-1] else None
+    i = _id(b, g)
+    s = g.shapes[i]
+    if out is None or s == out or not api_dims.fits(s, out):
+        return b
+    return expression(g, api_dims.fit(g, i, out))
 
 
 # b and W are update=True parameters (need gradients, depth 0): only x is looked at
@@ -338,6 +358,7 @@ def esum(xs: Sequence) -> Expression:
     g = _S.graph
     ids = [x.i for x in xs if type(x) is Expression and x.cg is g]
     if len(ids) == len(xs) > 1:                         # the common case: no conversions
+        ids = _summable(g, ids)
         if len(ids) == 3:
             return g.add3(_ADD, *ids)                   # fills the cache of the fast path below
         return g.add2(_ADD, ids[0], ids[1]) if len(ids) == 2 else g.add(_ADD, tuple(ids))
@@ -360,8 +381,17 @@ if type(xs) is list and len(xs) == 3:
 def _add2_slow(x, y):
     g = _S.graph
     if type(x) is Expression and type(y) is Expression and x.cg is g and y.cg is g:
-        return g.add2(_ADD, x.i, y.i)
+        return g.add2(_ADD, *_summable(g, [x.i, y.i]))
     return _opl(_ADD, [x, y])
+
+
+def _summable(g, ids):
+    """esum's inputs: DyNet's sum takes (n, 1) for (n,); the result has the first's shape."""
+    s = g.shapes[ids[0]]
+    for i in ids:
+        if g.shapes[i] != s:
+            return api_dims.conform(g, ids, s)
+    return ids
 
 
 _add2 = fastpath.binary(_ADD, _add2_slow)
@@ -404,8 +434,11 @@ def l2_norm(x) -> Expression:
 
 
 def squared_distance(x, y) -> Expression:
-    """Σ (x - y)² of two same-shape expressions; shape (1,)."""
-    return _op(OPS["squared_distance"], x, y)
+    """Σ (x - y)² of two same-shape expressions (a column (n, 1) and a vector (n,) are
+    the same shape, as in DyNet); shape (1,)."""
+    g = _graph()
+    a, b = _id(x, g, OPS["squared_distance"]), _id(y, g, OPS["squared_distance"])
+    return g.add(OPS["squared_distance"], tuple(api_dims.conform(g, [a, b], g.shapes[a])))
 
 
 def binary_log_loss(x, y) -> Expression:
@@ -463,9 +496,12 @@ def pickneglogsoftmax(x, v: int) -> Expression:
     g = _S.graph
     if type(v) is int and type(x) is Expression and x.cg is g:
         a = x.i
-        if 0 <= v < g.shapes[a][0]:
+        if 0 <= v < g.shapes[a][0] and len(g.shapes[a]) == 1:
             return g.add1(_PNLS, a, v)                  # the common case, checked in one line
     s = _shape(x)
+    if len(s) > 1 and len(api_dims.strip(s)) == 1:    # a column (n, 1): DyNet's vector
+        s = s[:1]
+        x = reshape(x, s)
     if _vertex_index(v, s[0]):
         return _op(OPS["pickneglogsoftmax"], x, data=v)
     _index_in("pickneglogsoftmax", x, v, s[0])
@@ -521,14 +557,25 @@ def concatenate(xs: Sequence, d: int = 0) -> Expression:
     xs = list(xs)
     ids = [x.i for x in xs if type(x) is Expression and x.cg is g]
     if len(ids) == len(xs) > 0 and type(d) is int:       # the common case: no conversions
+        ids = _joinable(g, ids, d)
         return g.add2(_CONCAT, ids[0], ids[1], d) if len(ids) == 2 else g.add(_CONCAT, tuple(ids), d)
     return _opl(_CONCAT, xs, attr=int(d))
+
+
+def _joinable(g, ids, d):
+    """concatenate's inputs with the first's number of dimensions (at least d + 1), as
+    DyNet's, where trailing 1s allow it: [(2, 1), (2,)] -> (4, 1), [(2,), (2,)] along 1 -> (2, 2)."""
+    nd = max(len(g.shapes[ids[0]]), d + 1)
+    for i in ids:
+        if len(g.shapes[i]) != nd:
+            return api_dims.to_ranks(g, ids, nd)
+    return ids
 
 
 def _concat2_slow(x, y):
     g = _S.graph
     if type(x) is Expression and type(y) is Expression and x.cg is g and y.cg is g:
-        return g.add2(_CONCAT, x.i, y.i, 0)
+        return g.add2(_CONCAT, *_joinable(g, [x.i, y.i], 0), 0)
     return _opl(_CONCAT, [x, y], attr=0)
 
 
@@ -541,8 +588,14 @@ if type(xs) is list and len(xs) == 2 and d == 0 and type(d) is int:
 
 
 def concatenate_cols(xs: Sequence) -> Expression:
-    """k vectors of shape (n,) become the columns of an (n, k) matrix."""
-    return _opl(OPS["concatenate_cols"], list(xs))
+    """k vectors of shape (n,) become the columns of an (n, k) matrix; as in DyNet, columns
+    (n, 1) and matrices (n, m) join too (their columns in order)."""
+    xs = list(xs)
+    g = _graph()
+    ids = [_id(x, g, OPS["concatenate_cols"]) for x in xs]
+    if all(len(g.shapes[i]) == 1 for i in ids):
+        return g.add(OPS["concatenate_cols"], tuple(ids))
+    return g.add(_CONCAT, tuple(api_dims.to_ranks(g, ids, 2)), 1)
 
 
 def reshape(x, d) -> Expression:

@@ -33,6 +33,11 @@ def _map(c, k):      # a computed (3, 2, 2) map (H, W, C)
 
 
 ROWS = {
+    # DyNet's broadcasting operators: a column, a row, a parameter vector, a scalar
+    "broadcast": lambda c, k: (red(c.m(k) + dy.reshape(c.e(k), (3, 1)), k)
+                               + red(dy.cmult(c.m(k), dy.transpose(c.x(k))), k)
+                               + red(c.m(k) - c.P.b, k)
+                               + red(dy.cdiv(c.h(k), dy.sum_elems(c.e(k)) + 3.0), k)),
     "select_cols": lambda c, k: (red(dy.select_cols(c.m(k), [3, 0, 3]), k)
                                  + red(dy.select_cols(c.P.M, [k % 4, 2]), k)),
     "strided_select": lambda c, k: (red(dy.strided_select(c.m(k), [2, 3], [0, 1], [3, 4]), k)

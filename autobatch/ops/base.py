@@ -196,6 +196,7 @@ class Op:
     differentiable = True
     has_data = False
     redraws = False
+    broadcasts = False    # an elementwise operator that broadcasts like DyNet's (api_dims.py)
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)

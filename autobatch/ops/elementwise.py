@@ -233,6 +233,7 @@ class ScalarDiv(Unary):
 class Add(NAry):
     """esum: any number of same-shape inputs (``a + b`` is the 2-input case)."""
     name = "add"
+    broadcasts = True
 
     def c_expr(self, a, attr):
         return "(" + " + ".join(a) + ")"
@@ -264,6 +265,7 @@ class Add(NAry):
 @register
 class Sub(NAry):
     name = "sub"
+    broadcasts = True
 
     def c_expr(self, a, attr):
         return f"({a[0]} - {a[1]})"
@@ -278,6 +280,7 @@ class Sub(NAry):
 @register
 class CMult(NAry):
     name = "cmult"
+    broadcasts = True
     fuses_in = True       # cmult(o, tanh(c)) of a temporary tanh is one node (fused.py)
 
     def c_expr(self, a, attr):
@@ -299,6 +302,7 @@ class CMult(NAry):
 @register
 class CDiv(NAry):
     name = "cdiv"
+    broadcasts = True
 
     def forward_into(self, xp, xs, attr, data, out):
         xp.divide(xs[0], xs[1], out=out)

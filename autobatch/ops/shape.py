@@ -65,6 +65,26 @@ class ConcatenateCols(Op):
 
 
 @register
+class Broadcast(Op):
+    """x repeated along its dimensions of size 1 to shape attr (DyNet's elementwise
+    broadcasting; the API gives x as many dimensions as attr first, see api_dims.py)."""
+    name = "broadcast"
+
+    def shape(self, shapes, attr):
+        s = shapes[0]
+        if len(s) != len(attr) or any(a != b and a != 1 for a, b in zip(s, attr)):
+            raise ShapeError(f"broadcast: cannot broadcast {s} to {attr}")
+        return attr
+
+    def forward(self, xp, xs, attr, data):
+        return xp.broadcast_to(xs[0], (xs[0].shape[0],) + attr)
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        axes = tuple(k + 1 for k, (a, b) in enumerate(zip(xs[0].shape[1:], attr)) if a != b)
+        return [gy.sum(axis=axes, keepdims=True)]
+
+
+@register
 class Reshape(Op):
     """DyNet keeps the column-major layout: (3, 4) -> (2, 6) reads and writes columns
     first (like inputMatrix and vec_value). Order 'F' on the (B, ...) block keeps the
