@@ -604,11 +604,18 @@ def reshape(x, d) -> Expression:
 
 
 # --- fused cells -------------------------------------------------------------------------
-def lstm_cell(gates, c_prev=None) -> Expression:
+def lstm_cell(gates, c_prev=None, forget_bias: float = 0.0) -> Expression:
     """One LSTM step after the affine: gates = [i; f; o; g] pre-activations (4H,), c_prev
     the previous cell (H,) or the previous lstm_cell output (2H,); returns [h; c] (2H,) with
-    c = σ(f)⊙c_prev + σ(i)⊙tanh(g), h = σ(o)⊙tanh(c). One node instead of about twelve."""
-    return _op1(_LSTM_CELL, gates) if c_prev is None else _op2(_LSTM_CELL, gates, c_prev)
+    c = σ(f + forget_bias)⊙c_prev + σ(i)⊙tanh(g), h = σ(o)⊙tanh(c). One node instead of
+    about twelve."""
+    g = _S.graph or cg()
+    a = gates.i if type(gates) is Expression and gates.cg is g else _id(gates, g, _LSTM_CELL)
+    fb = (forget_bias if type(forget_bias) is float else float(forget_bias)) or None
+    if c_prev is None:
+        return g.add1(_LSTM_CELL, a) if fb is None else g.add(_LSTM_CELL, (a,), fb)
+    return g.add2(_LSTM_CELL, a, c_prev.i if type(c_prev) is Expression and c_prev.cg is g
+                  else _id(c_prev, g, _LSTM_CELL), fb)
 
 
 # --- randomness ------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from . import recipes, runtime
 from .api_reduce import layer_norm
 from .errors import GraphError, user_line
 from .graph import Expression
-from .params import ConstInitializer, NumpyInitializer, ParameterCollection
+from .params import ConstInitializer, ParameterCollection
 
 __all__ = ["RNNState", "VanillaLSTMBuilder", "LSTMBuilder", "SimpleRNNBuilder", "GRUBuilder"]
 
@@ -333,14 +333,12 @@ class VanillaLSTMBuilder(_Builder):
     order i, f, o, g::
 
         a = b + W_x·x + W_h·h_prev          (one affine: two GEMMs per step for the batch)
-        i, f, o = σ(a[0:H]), σ(a[H:2H]), σ(a[2H:3H]);  g = tanh(a[3H:4H])
+        i, f, o = σ(a[0:H]), σ(a[H:2H] + forget_bias), σ(a[2H:3H]);  g = tanh(a[3H:4H])
         c = f⊙c_prev + i⊙g;  h = o⊙tanh(c)
 
-    The forget slice of b starts at forget_bias (DyNet keeps b at 0 and adds a constant
-    forget_bias, default 1, at every step: the same at initialisation, one node fewer per
-    step; weights copied from DyNet with set_value need forget_bias added to that slice;
-    files -- ParameterCollection.save/populate, dy.save/dy.load -- hold b as DyNet's, without
-    it, and convert on the way in and out). Dropout is
+    b starts at 0 and forget_bias (default 1) is a constant of every step, as in DyNet, so
+    b's values, weight decay and weights copied from DyNet agree with DyNet's (the step's
+    fused cell adds it: no node of its own). Dropout is
     DyNet's variational dropout: masks on x and h_prev drawn once per initial_state()
     (DyNet draws them once per graph; here each sequence, an instance, has its own).
 
@@ -402,11 +400,9 @@ class VanillaLSTMBuilder(_Builder):
         m = self.model
         # created in DyNet's order (W_x, W_h, b), so parameters_list() and names match its
         Wx, Wh = m.add_parameters((4 * H, in_dim)), m.add_parameters((4 * H, H))
-        b = np.zeros(4 * H)
-        b[H:2 * H] = self.forget_bias
-        P = [Wx, Wh, m.add_parameters((4 * H,), NumpyInitializer(b))]
-        if self.forget_bias:    # files hold b as DyNet's does: without the forget bias
-            P[2].file_offset = (H, 2 * H, self.forget_bias)
+        P = [Wx, Wh, m.add_parameters((4 * H,), ConstInitializer(0.0))]
+        if self.forget_bias:    # autobatch's first files held b with the forget bias in it
+            P[2].npz_offset = (H, 2 * H, self.forget_bias)
         if self.ln_lstm:        # DyNet's order: g_h, b_h, g_x, b_x, g_c, b_c
             for n in (4 * H, 4 * H, H):
                 P += [m.add_parameters((n,), ConstInitializer(1.0)), m.add_parameters((n,), ConstInitializer(0.0))]
@@ -424,7 +420,7 @@ class VanillaLSTMBuilder(_Builder):
             a = dy.affine_transform([a, Wh, h])
         # one fused node for the gates (see ops/cells.py); the state keeps the cell node
         # [h; c] itself as "c" (the next step reads its second half), and s() slices it
-        y = dy.lstm_cell(a) if c is None else dy.lstm_cell(a, c)
+        y = dy.lstm_cell(a, c, self.forget_bias)
         return dy.pickrange(y, 0, H), y
 
     def _ln_layer_step(self, P, x, h, c, mh):
@@ -436,7 +432,7 @@ class VanillaLSTMBuilder(_Builder):
                 h = dy.cmult(h, mh)
             a = a + layer_norm(Wh * h, gh, bh)
         # lstm_cell gives the cell (its h, o⊙tanh(c), is not the normalised one)
-        y = dy.lstm_cell(a) if c is None else dy.lstm_cell(a, c)
+        y = dy.lstm_cell(a, c, self.forget_bias)
         o = dy.logistic(dy.pickrange(a, 2 * H, 3 * H))
         return dy.cmult(o, dy.tanh(layer_norm(dy.pickrange(y, H, 2 * H), gc, bc))), y
 

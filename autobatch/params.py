@@ -200,9 +200,9 @@ class Parameter:
     """A dense parameter tensor. Usable directly in expressions (``W * x + b``)."""
 
     is_lookup = False
-    # (lo, hi, v): files hold value[lo:hi] - v (an LSTM's b, whose forget slice DyNet keeps
-    # without the forget bias it adds at every step); None: files hold the value itself
-    file_offset = None
+    # (lo, hi, v): autobatch's first .npz files held value[lo:hi] + v (an LSTM's b then held
+    # the forget bias that its step now adds, as DyNet's); None: they held the value itself
+    npz_offset = None
 
     def __init__(self, shape, init=None, name="", scale=1.0):
         rt = runtime.state()

@@ -48,9 +48,6 @@ def _numbers(flat, fmt: str) -> str:
 
 def _entry_text(p, name: str) -> str:
     a, g = p.as_array(), p.grad_as_array()
-    if p.file_offset is not None:
-        # in float64 with 17 digits, so that reading it back and adding the offset is exact
-        a = _shifted(p, a, -1)
     # DyNet writes 9 significant digits (exact for float32); float64 needs 17
     fmt = "%+.8e " if a.dtype.itemsize <= 4 else "%+.16e "
     full = bool(g.any())
@@ -64,8 +61,8 @@ def _entry_text(p, name: str) -> str:
 
 
 def _shifted(p, a, sign: int) -> np.ndarray:
-    """A float64 copy of a with sign * p.file_offset's value added to its slice."""
-    lo, hi, v = p.file_offset
+    """A float64 copy of a with sign * p.npz_offset's value added to its slice."""
+    lo, hi, v = p.npz_offset
     a = np.array(a, dtype=np.float64)
     a[lo:hi] += sign * v
     return a
@@ -170,10 +167,10 @@ def read_saved(path, where: str) -> list:
 
 def restore(p, value, grad) -> None:
     """Set p's value, and its gradient where the file holds one (as DyNet's populate). grad
-    None: an .npz of autobatch's first format, which held values as they are in memory;
-    the text format holds them as DyNet does (see Parameter.file_offset)."""
-    if grad is not None and p.file_offset is not None:
-        value = _shifted(p, value, +1)
+    None: an .npz of autobatch's first format, which held values as they were in memory
+    then (see Parameter.npz_offset); the text format holds them as DyNet does."""
+    if grad is None and p.npz_offset is not None:
+        value = _shifted(p, value, -1)
     p.set_value(value)
     if grad is None:
         return

@@ -158,9 +158,10 @@ def lstm_chain(dy, builder, pull="x", lookup=None, x_of=None):
 
     W_x·x is written as its own affine so that it does not depend on gather: the engine then
     runs it once over every token of the call (lazy batching) instead of once per step; the
-    result equals the builder's b + W_x·x + W_h·h up to float rounding."""
+    result equals the builder's b + W_x·x + W_h·h up to float rounding; the forget gate adds
+    the builder's constant forget bias, as its cell does."""
     Wx, Wh, b = builder.get_parameters()[0]
-    H = builder.hidden_dim
+    H, fb = builder.hidden_dim, builder.forget_bias
 
     @dy.vertex_function(max_children=1)
     def step(v):
@@ -178,7 +179,7 @@ def lstm_chain(dy, builder, pull="x", lookup=None, x_of=None):
         if v.is_leaf:
             c = dy.cmult(i, g)
         else:
-            c = dy.cmult(dy.logistic(dy.pickrange(a, H, 2 * H)), c0) + dy.cmult(i, g)
+            c = dy.cmult(dy.logistic(dy.pickrange(a, H, 2 * H) + fb), c0) + dy.cmult(i, g)
         h = dy.cmult(o, dy.tanh(c))
         v.scatter(h, c)
         v.push("h", h)

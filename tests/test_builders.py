@@ -11,8 +11,9 @@ from check_kit import assert_batching_agrees, check_param_grads
 from conftest import to_np
 
 
-def ref_lstm(weights, xs, h0=None, c0=None):
-    """weights: per layer (Wx, Wh, b); returns top-layer h per step and final (hs, cs)."""
+def ref_lstm(weights, xs, h0=None, c0=None, forget_bias=1.0):
+    """weights: per layer (Wx, Wh, b); returns top-layer h per step and final (hs, cs).
+    forget_bias is added to the forget gate at every step (DyNet's default: 1)."""
     L = len(weights)
     H = weights[0][1].shape[1]
     hs = list(h0) if h0 is not None else [None] * L
@@ -21,7 +22,7 @@ def ref_lstm(weights, xs, h0=None, c0=None):
     for x in xs:
         for l, (Wx, Wh, b) in enumerate(weights):
             a = b + Wx @ x + (Wh @ hs[l] if hs[l] is not None else 0)
-            i, f, o, g = sig(a[:H]), sig(a[H:2 * H]), sig(a[2 * H:3 * H]), np.tanh(a[3 * H:])
+            i, f, o, g = sig(a[:H]), sig(a[H:2 * H] + forget_bias), sig(a[2 * H:3 * H]), np.tanh(a[3 * H:])
             c = i * g + (f * cs[l] if cs[l] is not None else 0)
             hs[l], cs[l] = o * np.tanh(c), c
             x = hs[l]
@@ -160,10 +161,18 @@ def test_parameters_in_dynet_layout(kind):
     assert len(b.get_parameter_expressions()[1]) == len(expect[1])
 
 
-def test_lstm_forget_bias_starts_at_one():
-    b = dy.VanillaLSTMBuilder(1, 3, 4, dy.ParameterCollection())
-    bias = b.get_parameters()[0][2].as_array()
-    np.testing.assert_array_equal(bias, np.r_[np.zeros(4), np.ones(4), np.zeros(8)])
+@pytest.mark.parametrize("fb", [1.0, 0.5, 0.0])
+def test_lstm_forget_bias_is_a_constant_of_each_step_as_dynet(fb):
+    """b starts at 0 and keeps DyNet's values; the step adds forget_bias to the forget gate."""
+    b = dy.VanillaLSTMBuilder(1, 3, 4, dy.ParameterCollection(), forget_bias=fb)
+    Wx, Wh, bias = b.get_parameters()[0]
+    np.testing.assert_array_equal(bias.as_array(), np.zeros(16))
+    for p in (Wx, Wh):
+        p.set_value(np.zeros(p.shape()))
+    dy.renew_cg()
+    c0 = np.array([1.0, -2.0, 0.5, 4.0])
+    s = b.initial_state([dy.inputVector(c0), dy.zeros(4)]).add_input(dy.inputVector([1.0, 2.0, 3.0]))
+    np.testing.assert_allclose(s.s()[0].npvalue(), sig(fb) * c0, rtol=1e-6)    # c = σ(0 + fb)·c0 + σ(0)·tanh(0)
 
 
 def test_bad_input_raises():

@@ -88,14 +88,15 @@ def test_parameter_layout_and_names_as_dynet():
                          enumerate([(16, 3), (16, 4), (16,), (16, 4), (16, 4), (16,)])]
     assert b.whoami() == "CompactVanillaLSTMBuilder"
     for p in m.parameters_list() + []:
-        if len(p.shape()) == 1:          # biases: 0, forget slice 1 (our convention, as VanillaLSTM)
-            np.testing.assert_array_equal(p.as_array(), np.r_[np.zeros(4), np.ones(4), np.zeros(8)])
+        if len(p.shape()) == 1:          # biases start at 0, as DyNet's (the step adds the forget bias)
+            np.testing.assert_array_equal(p.as_array(), np.zeros(16))
 
 
 def test_vanilla_forget_bias_and_ln_lstm_arguments():
     m = dy.ParameterCollection()
     b = dy.VanillaLSTMBuilder(1, 3, 2, m, forget_bias=0.5)
-    np.testing.assert_array_equal(b.get_parameters()[0][2].as_array(), [0, 0, 0.5, 0.5, 0, 0, 0, 0])
+    np.testing.assert_array_equal(b.get_parameters()[0][2].as_array(), np.zeros(8))
+    assert b.forget_bias == 0.5
     b.set_dropouts(0.2, 0.3)
     assert (b.dropout, b.dropout_h) == (0.2, 0.3)
     b.set_dropout_masks()

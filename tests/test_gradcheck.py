@@ -136,7 +136,7 @@ GRAD_ROWS = {
     "vertex_call": _vertex_row,
     # gates (4H,) with H = 3 from stacked and parameter sources; c_prev as a vector (H,),
     # as the previous cell's [h; c] (2H,), and absent (first step)
-    "lstm_cell": lambda c, k: (red(dy.lstm_cell(dy.concatenate([c.h(k), c.e(k), c.h(k), c.e(k)]), c.e(k)), k)
+    "lstm_cell": lambda c, k: (red(dy.lstm_cell(dy.concatenate([c.h(k), c.e(k), c.h(k), c.e(k)]), c.e(k), 0.7), k)
                                + red(dy.lstm_cell(dy.concatenate([c.P.b, c.h(k), c.e(k), c.P.b]),
                                                   dy.lstm_cell(dy.concatenate([c.e(k), c.h(k), c.h(k), c.e(k)]))), k)
                                + red(dy.lstm_cell(dy.concatenate([c.h(k), c.h(k), c.e(k), c.e(k)]), c.P.b), k)),

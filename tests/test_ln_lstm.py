@@ -18,9 +18,9 @@ def ln(v, g, b):
     return g * d / (np.sqrt((d * d).mean()) + 1e-8) + b
 
 
-def ref_ln_lstm(weights, xs, h0=None, c0=None, forget_bias=0.0):
+def ref_ln_lstm(weights, xs, h0=None, c0=None, forget_bias=1.0):
     """weights per layer (Wx, Wh, b, g_h, b_h, g_x, b_x, g_c, b_c); the top h per step and the
-    final (cells, hs). forget_bias is added to the forget slice (DyNet's b does not hold it)."""
+    final (cells, hs). forget_bias is added to the forget slice at every step (as DyNet)."""
     L, H = len(weights), weights[0][1].shape[1]
     hs = list(h0) if h0 is not None else [None] * L
     cs = list(c0) if c0 is not None else [None] * L
@@ -58,7 +58,7 @@ def test_parameters_as_dynet():
     assert [p.shape() for p in ps] == lay(3) + lay(4)
     assert ps == b.param_collection().parameters_list()
     for l in range(2):
-        np.testing.assert_array_equal(ps[9 * l + 2].as_array(), np.r_[np.zeros(4), np.full(4, 0.5), np.zeros(8)])
+        np.testing.assert_array_equal(ps[9 * l + 2].as_array(), np.zeros(16))     # the step adds forget_bias
         for k, want in zip(range(3, 9), (1, 0, 1, 0, 1, 0)):
             np.testing.assert_array_equal(ps[9 * l + k].as_array(), np.full(ps[9 * l + k].shape(), float(want)))
     assert b.spec == (2, 3, 4, True, 0.5)
@@ -271,8 +271,7 @@ print("RESULT" + json.dumps(out))
 @needs_dynet
 @pytest.mark.parametrize("layers,fb", [(2, 1.0), (1, 0.4)])
 def test_same_values_and_gradients_as_dynet(layers, fb, f64):
-    """Equal parameters (DyNet's b plus forget_bias on the forget slice, our convention),
-    equal inputs: the same h's, cells, loss and gradients (inputs, initial state, every
+    """Equal parameters, equal inputs: the same h's, cells, loss and gradients (inputs, initial state, every
     parameter) as DyNet 2.1 up to its float32 rounding."""
     rng = np.random.default_rng(49 + layers)
     I, H, T = 3, 4, 3
@@ -291,13 +290,8 @@ def test_same_values_and_gradients_as_dynet(layers, fb, f64):
     assert want["bpc"] == [n for n, _ in want["layout"] if n.startswith("/vanilla-lstm-builder/")]
     assert [n for n, _ in want["layout"][3:9]] == [f"/_{k}" for k in range(6)]
     assert want["get"] == [[list(p.shape()) for p in P] for P in b.get_parameters()]
-    want_b = np.array(want["init"][0])
-    want_b[H:2 * H] += fb                  # DyNet adds forget_bias at every step; our b holds it
-    for got, w in zip(init, [want_b] + want["init"][1:]):
+    for got, w in zip(init, want["init"]):
         np.testing.assert_array_equal(got, w)
-    for l in range(layers):
-        ws[9 * l + 2] = ws[9 * l + 2].copy()
-        ws[9 * l + 2][H:2 * H] += fb
     for p, w in zip(ours, ws):
         p.set_value(w)
     X = [m.add_parameters((I,)) for _ in xs]
