@@ -39,11 +39,15 @@ Initializer = PyInitializer
 
 
 class GlorotInitializer(PyInitializer):
+    """Uniform in ±gain·sqrt(3·k / Σ dims) over the k dims; is_lookup=True leaves a lookup
+    table's row count out. As in DyNet 2.1, a table made without an initializer gets the plain
+    GlorotInitializer(): sqrt(6 / (V + d)) for V rows of d."""
+
     def __init__(self, is_lookup=False, gain=1.0):
         self.is_lookup, self.gain = is_lookup, gain
 
     def init(self, shape, is_lookup=False):
-        dims = shape[1:] if (is_lookup or self.is_lookup) else shape
+        dims = shape[1:] if self.is_lookup else shape
         s = self.gain * math.sqrt(3 * len(dims)) / math.sqrt(sum(dims))
         return _rng().uniform(-s, s, shape)
 
@@ -188,7 +192,7 @@ def _host_or_device(arr):
 
 def _initial(init, shape, is_lookup):
     if init is None:
-        init = GlorotInitializer(is_lookup=is_lookup)
+        init = GlorotInitializer()
     elif isinstance(init, (int, float)):
         init = ConstInitializer(init)
     elif not isinstance(init, Initializer):

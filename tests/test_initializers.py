@@ -198,3 +198,13 @@ def test_exported_as_in_dynet():
     from autobatch import params
     for name in ("PyInitializer", "IdentityInitializer", "SaxeInitializer", "FromFileInitializer"):
         assert getattr(dy, name) is getattr(params, name)
+
+
+def test_glorot_bounds_of_lookup_tables_as_dynet(f64):
+    """DyNet 2.1: a table without an initializer, or with GlorotInitializer(), draws within
+    sqrt(6 / (V + d)); GlorotInitializer(is_lookup=True) leaves V out: sqrt(3 / d)."""
+    m = dy.ParameterCollection()
+    wide, rows = np.sqrt(6 / 10050), np.sqrt(3 / 50)
+    for init, bound in ((None, wide), (dy.GlorotInitializer(), wide), (dy.GlorotInitializer(True), rows)):
+        a = m.add_lookup_parameters((10000, 50), init=init).as_array()
+        assert 0.99 * bound < np.abs(a).max() <= bound
