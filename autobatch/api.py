@@ -255,7 +255,11 @@ if type(xs) is list and len(xs) == 3:
 
 
 def dot_product(x, y) -> Expression:
-    """x·y for two vectors of shape (n,); shape (1,)."""
+    """x·y for two vectors of shape (n,); shape (1,). As in DyNet, two rows, columns or
+    matrices of one shape give the sum of their elementwise product."""
+    sx, sy = _shape(x), _shape(y)
+    if len(sx) > 1 and sx == sy:
+        return sum_elems(cmult(x, y))
     return _op(OPS["dot_product"], x, y)
 
 
@@ -462,10 +466,21 @@ def softmax(x, d: int = 0) -> Expression:
 
 
 def log_softmax(x, restrict=None) -> Expression:
-    """log(softmax(x)) over dimension 0; same shape."""
-    if restrict is not None:
-        raise GraphError(f"log_softmax: restrict is not supported [at {user_line()}]")
-    return _op(OPS["log_softmax"], x)
+    """log(softmax(x)) over dimension 0; same shape. restrict (a vector x only): the
+    log-softmax over those elements alone, -inf at the others (DyNet's)."""
+    if restrict is None:
+        return _op(OPS["log_softmax"], x)
+    s = _shape(x)
+    rows = list(dict.fromkeys(int(r) for r in restrict))
+    if len(s) != 1 or not rows or not all(0 <= r < s[0] for r in rows):
+        raise GraphError(f"log_softmax: restrict needs a vector and indices within it, got shape {s} "
+                         f"and {list(restrict)} [at {user_line()}]")
+    # the restricted values put back in place by a constant 0/1 matrix; -inf added elsewhere
+    place = np.zeros((s[0], len(rows)))
+    place[rows, range(len(rows))] = 1.0
+    rest = np.full(s[0], -np.inf)
+    rest[rows] = 0.0
+    return inputTensor(place) * _op(OPS["log_softmax"], select_rows(x, rows)) + inputTensor(rest)
 
 
 def _index_in(name, x, i, n):

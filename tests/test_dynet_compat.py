@@ -82,3 +82,42 @@ def test_softmax_refuses_a_dimension_it_does_not_have():
     dy.renew_cg()
     with pytest.raises(dy.GraphError, match="softmax"):
         dy.softmax(dy.inputVector([1.0, 2.0]), 1)     # DyNet: reduction dimension must be < 1
+
+
+def test_log_softmax_restricted_to_some_elements(f64):
+    m = dy.ParameterCollection()
+    X = m.add_parameters((4,), init=dy.NumpyInitializer(np.array([1.0, 2.0, 3.0, 0.5])))
+    dy.renew_cg()
+    e = dy.log_softmax(dy.parameter(X), [2, 0, 2])
+    x = X.as_array()
+    want = np.full(4, -np.inf)
+    want[[0, 2]] = x[[0, 2]] - np.log(np.exp(x[[0, 2]]).sum())
+    np.testing.assert_allclose(e.npvalue(), want)             # DyNet: [-2.1269, -inf, -0.1269, -inf]
+
+    def loss():
+        dy.renew_cg()
+        e = dy.log_softmax(dy.parameter(X), [0, 2])
+        return dy.pick(e, 2) * 2.0 + dy.pick(e, 0)
+
+    check_param_grads(loss, [X])
+    dy.renew_cg()
+    for bad in ([], [4]):
+        with pytest.raises(dy.GraphError, match="log_softmax"):
+            dy.log_softmax(dy.parameter(X), bad)
+    with pytest.raises(dy.GraphError, match="log_softmax"):
+        dy.log_softmax(dy.inputTensor(np.ones((2, 2))), [0])    # DyNet: vectors only
+
+
+def test_dot_product_of_rows_columns_and_matrices(f64):
+    m = dy.ParameterCollection()
+    A = m.add_parameters((2, 2), init=dy.NumpyInitializer(np.array([[1.0, 2.0], [3.0, 4.0]])))
+    dy.renew_cg()
+    row = dy.inputTensor(np.array([[1.0, 2.0, 3.0]]))
+    col = dy.inputTensor(np.array([[1.0], [2.0]]))
+    assert dy.dot_product(row, row).value() == 14.0 and dy.dot_product(col, col).value() == 5.0
+    assert dy.dot_product(dy.parameter(A), dy.parameter(A)).dim() == ((1,), 1)
+    assert dy.dot_product(dy.parameter(A), dy.parameter(A)).value() == 30.0
+    dy.dot_product(dy.parameter(A), dy.inputTensor(np.array([[1.0, 0.0], [0.5, 2.0]]))).backward()
+    np.testing.assert_array_equal(A.grad_as_array(), [[1.0, 0.0], [0.5, 2.0]])
+    with pytest.raises(dy.GraphError, match="dot_product"):
+        dy.dot_product(col, dy.inputVector([1.0, 2.0]))         # DyNet refuses (2, 1) with (2,)
