@@ -44,7 +44,7 @@ def _id(x, g: ComputationGraph, op=None) -> int:
                 f"{what}an Expression from another computation graph was used [at {user_line()}]")
         return x.i
     if isinstance(x, Parameter):
-        return g.pid(x)
+        return parameter(x).i if _table(x) else g.pid(x)
     what = f"{op.name}: " if op is not None else ""
     raise TypeError(f"{what}expected an Expression or Parameter, got {type(x).__name__} [at {user_line()}]")
 
@@ -78,7 +78,12 @@ def _opl(op, xs: Sequence, attr=None, data=None) -> Expression:
 
 
 def _is_param_node(x, g) -> bool:
-    return isinstance(x, Parameter) or (type(x) is Expression and x.i in g.ext)
+    return (isinstance(x, Parameter) and not _table(x)) or (type(x) is Expression and x.i in g.ext)
+
+
+def _table(p) -> bool:
+    """A lookup table used whole: its expression is DyNet's (d, V), a transpose of the table."""
+    return p.is_lookup and len(p.data.shape) == 2
 
 
 # --- inputs -----------------------------------------------------------------------
@@ -144,9 +149,7 @@ def parameter(p: Parameter, update: bool = True) -> Expression:
     """The expression of parameter p in the current graph (optional in autobatch). A lookup
     table of shape (V, d) reads as DyNet's whole-table expression: (d, V), a row per column."""
     e = _graph().param_expr(p, update)
-    if getattr(p, "is_lookup", False) and len(p.data.shape) == 2:
-        return transpose(e)
-    return e
+    return transpose(e) if _table(p) else e
 
 
 def const_parameter(p: Parameter) -> Expression:
@@ -204,8 +207,8 @@ def affine_transform(xs: Sequence) -> Expression:
     if len(xs) == 3:                 # the common b + W·x: no generic checks
         b, w, x = xs
         if type(x) is Expression and x.cg is g:
-            if isinstance(w, Parameter):
-                if isinstance(b, Parameter):
+            if isinstance(w, Parameter) and not w.is_lookup:
+                if isinstance(b, Parameter) and not b.is_lookup:
                     return g.add_affine(_AFFINE, b, w, x.i)
                 wi = g.pid(w)
             else:

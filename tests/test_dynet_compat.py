@@ -60,6 +60,23 @@ def test_a_lookup_tables_whole_expression_has_a_row_per_column():
     np.testing.assert_array_equal(E.grad_as_array(), want)
 
 
+def test_a_lookup_table_in_an_expression_is_its_whole_expression(f64):
+    """DyNet 2.1 reads a table passed to an op as its (d, V) expression too."""
+    m = dy.ParameterCollection()
+    table = np.arange(12.0).reshape(4, 3)
+    E = m.add_lookup_parameters((4, 3), init=dy.NumpyInitializer(table))
+    dy.renew_cg()
+    onehot = dy.inputVector([0.0, 1.0, 0.0, 0.0])
+    assert (E * onehot).value() == [3.0, 4.0, 5.0]
+    assert dy.affine_transform([dy.inputVector([1.0, 1.0, 1.0]), E, onehot]).value() == [4.0, 5.0, 6.0]
+    np.testing.assert_array_equal((E + E).npvalue(), 2 * table.T)
+    np.testing.assert_array_equal(dy.transpose(E).npvalue(), table)
+    dy.sum_elems(dy.tanh(E) * dy.inputVector([1.0, 0.0, 2.0, 0.0])).backward()
+    want = np.zeros((4, 3))
+    want[[0, 2]] = (1 - np.tanh(table[[0, 2]]) ** 2) * np.array([[1.0], [2.0]])
+    np.testing.assert_allclose(E.grad_as_array(), want)
+
+
 def test_softmax_over_the_rows_of_a_matrix(f64):
     m = dy.ParameterCollection()
     X = m.add_parameters((2, 3), init=dy.NumpyInitializer(np.array([[1.0, 2.0, 3.0], [1.0, 1.0, 5.0]])))
