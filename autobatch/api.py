@@ -168,6 +168,7 @@ def lookup(p: LookupParameter, index: int, update: bool = True) -> Expression:
         raise TypeError(f"lookup: needs a LookupParameter, got {type(p).__name__} [at {user_line()}]")
     if not _vertex_index(index, p.data.shape[0]):     # a per-vertex id is checked per call
         if type(index) is not int:
+            index = _whole(index)
             if not isinstance(index, (numbers.Integral, np.integer)):
                 raise GraphError(f"lookup: index {index!r} is not an integer [at {user_line()}]")
             index = int(index)
@@ -266,9 +267,11 @@ def dot_product(x, y) -> Expression:
     return _op(OPS["dot_product"], x, y)
 
 
-def transpose(x) -> Expression:
-    """(m, n) -> (n, m); a vector (n,) becomes (1, n)."""
-    return _op(OPS["transpose"], x)
+def transpose(x, dims=(1, 0)) -> Expression:
+    """(m, n) -> (n, m); a vector (n,) becomes (1, n). dims: DyNet's permutation of the
+    dimensions (output dimension k is input dimension dims[k]), e.g. [2, 0, 1]."""
+    dims = tuple(int(d) for d in dims)
+    return _op(OPS["transpose"], x, attr=None if dims == (1, 0) else dims)
 
 
 # --- elementwise --------------------------------------------------------------------
@@ -415,8 +418,9 @@ def emax(xs: Sequence) -> Expression:
 
 
 def bmax(x, y) -> Expression:
-    """Elementwise maximum of two same-shape expressions."""
-    return emax([x, y])
+    """Elementwise maximum of two same-shape expressions; where they are equal the gradient
+    goes to y, as DyNet's."""
+    return emax([y, x])
 
 
 # --- reductions and losses -----------------------------------------------------------
@@ -486,10 +490,19 @@ def log_softmax(x, restrict=None) -> Expression:
     return inputTensor(place) * _op(OPS["log_softmax"], select_rows(x, rows)) + inputTensor(rest)
 
 
-def _index_in(name, x, i, n):
+def _index_in(name, x, i, n) -> int:
+    """i as an index below n: an int, or a whole float (DyNet takes labels read as floats)."""
+    i = _whole(i)
     if not isinstance(i, (numbers.Integral, np.integer)) or not 0 <= i < n:
         shape = x.cg.shapes[x.i] if type(x) is Expression else x.shape()
-        raise GraphError(f"{name}: index {i!r} out of range for an input of shape {shape} [at {user_line()}]")
+        what = "is not a whole number" if isinstance(i, (float, np.floating)) else "out of range"
+        raise GraphError(f"{name}: index {i!r} {what} for an input of shape {shape} [at {user_line()}]")
+    return int(i)
+
+
+def _whole(i):
+    """A whole float (an id read with np.loadtxt, 2.0) as the int DyNet makes of it."""
+    return int(i) if isinstance(i, (float, np.floating)) and float(i).is_integer() else i
 
 
 def _shape(x):
@@ -522,8 +535,7 @@ def pickneglogsoftmax(x, v: int) -> Expression:
         x = reshape(x, s)
     if _vertex_index(v, s[0]):
         return _op(OPS["pickneglogsoftmax"], x, data=v)
-    _index_in("pickneglogsoftmax", x, v, s[0])
-    return _op(OPS["pickneglogsoftmax"], x, data=int(v))
+    return _op(OPS["pickneglogsoftmax"], x, data=_index_in("pickneglogsoftmax", x, v, s[0]))
 
 
 pickneglogsoftmax = fastpath.fast(pickneglogsoftmax, _PNLS, "x, v", """
@@ -539,8 +551,7 @@ def hinge(x, index: int, m: float = 1.0) -> Expression:
     s = _shape(x)
     if _vertex_index(index, s[0]):
         return _op(OPS["hinge"], x, attr=float(m), data=index)
-    _index_in("hinge", x, index, s[0])
-    return _op(OPS["hinge"], x, attr=float(m), data=int(index))
+    return _op(OPS["hinge"], x, attr=float(m), data=_index_in("hinge", x, index, s[0]))
 
 
 def pick(x, index: int, dim: int = 0) -> Expression:
@@ -550,8 +561,7 @@ def pick(x, index: int, dim: int = 0) -> Expression:
         raise GraphError(f"pick: dimension {dim} out of range for shape {s} [at {user_line()}]")
     if _vertex_index(index, s[dim]):
         return _op(OPS["pick"], x, attr=int(dim), data=index)
-    _index_in("pick", x, index, s[dim])
-    return _op(OPS["pick"], x, attr=int(dim), data=int(index))
+    return _op(OPS["pick"], x, attr=int(dim), data=_index_in("pick", x, index, s[dim]))
 
 
 def pickrange(x, s: int, e: int, d: int = 0) -> Expression:
@@ -616,8 +626,13 @@ def concatenate_cols(xs: Sequence) -> Expression:
     return g.add(_CONCAT, tuple(api_dims.to_ranks(g, ids, 2)), 1)
 
 
-def reshape(x, d) -> Expression:
-    """The same elements in shape ``d`` (column-major, as in DyNet)."""
+def reshape(x, d, batch_size: int = 1) -> Expression:
+    """The same elements in shape ``d`` (column-major, as in DyNet). batch_size: DyNet's
+    minibatch size, 1 here (each graph is one instance)."""
+    if batch_size != 1:
+        raise NotImplementedError(
+            f"reshape(batch_size={batch_size}): autobatch has no minibatch dimension (each graph is one "
+            "instance, batched for you); reshape each instance's expression with batch_size=1")
     return _op(OPS["reshape"], x, attr=_dim(d))
 
 
@@ -701,8 +716,11 @@ def _getitem(x, k):
     if isinstance(k, slice):
         n = _shape(x)[0]
         s, e, step = k.indices(n)
-        if step != 1:
-            raise GraphError(f"slicing with a step is not supported [at {user_line()}]")
+        if step != 1:                           # x[::2], x[::-1]: those rows, in that order
+            rows = list(range(s, e, step))
+            if not rows:
+                raise GraphError(f"slice {k} selects nothing from an input of shape {_shape(x)} [at {user_line()}]")
+            return select_rows(x, rows)
         return pickrange(x, s, e)
     k = int(k)
     n = _shape(x)[0]
@@ -727,7 +745,7 @@ Expression.__getitem__ = _getitem
 # Parameters in expressions and E[i] go straight to the functions above (binding them
 # here, not in params.py, keeps params free of graph imports on the hot path).
 LookupParameter.__getitem__ = lambda p, i: lookup(p, i)
-LookupParameter.expr = lambda p, update=True: parameter(p, update)
+LookupParameter.expr = lambda p, update=True: parameter(p, update)     # DyNet's takes no argument
 Parameter.__getitem__ = lambda p, k: _getitem(parameter(p), k)
 Parameter.__add__ = lambda p, o: _add(p, o)
 Parameter.__radd__ = lambda p, o: _add(o, p)

@@ -114,9 +114,13 @@ class RNNState:
         return RNNState(self._b, self._run, self, hs, cs)
 
     def set_s(self, es: Sequence[Expression]) -> "RNNState":
-        """A successor state with the full state es (see ``s()`` for the layout)."""
-        hs, cs = self._b._split_state(list(es), "set_s")
-        return RNNState(self._b, self._run, self, hs, cs)
+        """A successor state with the full state es (see ``s()`` for the layout); an LSTM
+        given its cells alone keeps this state's h's (as DyNet's)."""
+        es, b = list(es), self._b
+        if b._has_cell and len(es) == b.layers and self._hs:
+            return RNNState(b, self._run, self, list(self._hs), b._check_vecs(es, b.layers, "set_s"))
+        hs, cs = b._split_state(es, "set_s")
+        return RNNState(b, self._run, self, hs, cs)
 
 
 class _Builder:
@@ -222,8 +226,13 @@ class _Builder:
         return es
 
     def _split_state(self, es: list, where: str):
+        """(hs, cs) of state vectors given as DyNet takes them: an LSTM's cells then its h's,
+        or its cells alone (h = 0, as DyNet's); one h per layer for the others."""
         L = self.layers
         if self._has_cell:
+            if len(es) == L:
+                cs = self._check_vecs(es, L, where)
+                return [dy.zeros(self.hidden_dim) for _ in range(L)], cs
             es = self._check_vecs(es, 2 * L, where)
             return es[L:], es[:L]
         return self._check_vecs(es, L, where), None

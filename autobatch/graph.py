@@ -628,10 +628,10 @@ class Expression:
         return self.cg.backend.to_host(self.cg.value_of(self.i)).copy()
 
     def value(self, recalculate: bool = False):
-        """As in DyNet: a float for one-element values, a list for vectors, and the
-        NumPy array (npvalue) for matrices and tensors."""
+        """As in DyNet: a float for a one-element vector, a list for vectors, and the
+        NumPy array (npvalue) for matrices and tensors (a (1, 1) matrix too)."""
         v = self.npvalue(recalculate)
-        if v.size == 1:
+        if v.size == 1 and v.ndim <= 1:
             return float(v.reshape(()))
         return v.tolist() if v.ndim == 1 else v
 

@@ -256,7 +256,7 @@ class Parameter:
     def backward(self, full: bool = False) -> None:
         """backward() from the parameter's expression in the current graph, as DyNet's: it
         must hold one element (it then receives gradient 1)."""
-        self.expr().backward(full)
+        self.expr(True).backward(full)
 
     def grad_as_array(self) -> np.ndarray:
         return runtime.state().backend.to_host(self.grad).copy()
@@ -362,7 +362,9 @@ class Parameter:
     def is_updated(self) -> bool:
         return self.updated
 
-    def expr(self, update: bool = True):
+    def expr(self, update: bool = False):
+        """The parameter as an expression; as DyNet 2.1's, a constant one (no gradient)
+        unless update=True (a lookup table's expr() is always updated, as DyNet's)."""
         from .graph import cg
         return cg().param_expr(self, update)
 

@@ -128,9 +128,13 @@ class Trainer:
         for p, rows, g in work:
             self._apply(p, rows, g, gscale)
         # the parameters updated had their gradients zeroed by _apply (which _clear_grad now
-        # knows); the others are cleared here
+        # knows); the others are cleared here, but for frozen ones (set_updated(False)): as
+        # DyNet's, their gradients add up until an update after they are unfrozen applies them
         for p in self.model.all_parameters() if clear is None else clear:
-            p._clear_grad()
+            if p.updated:
+                p._clear_grad()
+            elif p.is_lookup and len(p.rows_used) > 1 and not p.all_updated:
+                p.rows_used = [p.used_rows()]       # the record of rows stays one array
         self.model._apply_weight_decay()      # DyNet: after every update, whatever the rule
         self.updates += 1
         self.updates_since_status += 1

@@ -181,7 +181,7 @@ def test_bad_input_raises():
     with pytest.raises(GraphError, match=r"input must have shape \(3,\)"):
         b.initial_state().add_input(dy.inputVector([1, 2]))
     with pytest.raises(GraphError, match="needs 4 vectors"):
-        b.initial_state([dy.zeros(4), dy.zeros(4)])
+        b.initial_state([dy.zeros(4)] * 3)      # 2 (the cells alone) or 4
     with pytest.raises(GraphError, match="shape"):
         b.initial_state([dy.zeros(3)] * 4)
     with pytest.raises(ValueError):

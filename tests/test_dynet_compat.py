@@ -138,3 +138,106 @@ def test_dot_product_of_rows_columns_and_matrices(f64):
     np.testing.assert_array_equal(A.grad_as_array(), [[1.0, 0.0], [0.5, 2.0]])
     with pytest.raises(dy.GraphError, match="dot_product"):
         dy.dot_product(col, dy.inputVector([1.0, 2.0]))         # DyNet refuses (2, 1) with (2,)
+
+
+def test_ids_given_as_whole_floats(f64):
+    """Labels read with np.loadtxt are floats: DyNet takes 2.0 as 2 (a fraction is refused here)."""
+    y = np.loadtxt(["2 1"])
+    m = dy.ParameterCollection()
+    E = m.add_lookup_parameters((4, 2), init=dy.NumpyInitializer(np.arange(8.0).reshape(4, 2)))
+    dy.renew_cg()
+    v = dy.inputVector([0.1, 0.5, -0.2])
+    z = np.array([0.1, 0.5, -0.2])
+    assert dy.pickneglogsoftmax(v, y[0]).value() == pytest.approx(np.log(np.exp(z).sum()) - z[2])
+    assert dy.pick(v, 1.0).value() == 0.5 and dy.hinge(v, y[0]).value() == pytest.approx(3.0)
+    assert E[y[1]].value() == [2.0, 3.0] and dy.lookup(E, np.float32(3.0)).value() == [6.0, 7.0]
+    for bad in (lambda: dy.pick(v, 1.5), lambda: dy.pickneglogsoftmax(v, 0.5), lambda: E[1.5]):
+        with pytest.raises(dy.GraphError):
+            bad()
+
+
+def test_kmax_pooling_keeps_the_earliest_of_equal_values():
+    m = dy.ParameterCollection()
+    X = m.add_parameters((1, 4), init=dy.NumpyInitializer(np.array([[-1.0, 3.0, -2.0, -5.0]])))
+    dy.renew_cg()
+    e = dy.kmax_pooling(dy.rectify(dy.parameter(X)), 2)     # three zeros tie: DyNet keeps the first
+    np.testing.assert_array_equal(e.npvalue(), [[0.0, 3.0]])
+    dy.sum_elems(dy.cmult(e, dy.inputTensor(np.array([[1.0, 10.0]])))).backward()
+    np.testing.assert_array_equal(X.grad_as_array(), [[0.0, 10.0, 0.0, 0.0]])    # rectify'(-1) = 0
+
+
+def test_transpose_with_dims_as_dynet():
+    dy.renew_cg()
+    a = np.arange(24.0).reshape(2, 3, 4)
+    t = dy.inputTensor(a)
+    for dims in ([2, 0, 1], [1, 0, 2], [0, 2, 1], [0, 1, 2]):
+        e = dy.transpose(t, dims)
+        np.testing.assert_array_equal(e.npvalue(), a.transpose(dims))
+    assert dy.transpose(dy.inputVector([1.0, 2.0]), [0, 1]).dim() == ((2, 1), 1)
+    with pytest.raises(dy.GraphError, match="transpose"):
+        dy.transpose(t, [0, 0, 1])
+
+
+def test_binary_log_loss_of_a_saturated_probability_is_clamped(f64):
+    m = dy.ParameterCollection()
+    w = m.add_parameters(1, init=40.0)
+    dy.renew_cg()
+    loss = dy.binary_log_loss(dy.logistic(w * 1.0), dy.scalarInput(0.0))    # 1 - σ(40) is 0
+    assert loss.value() == pytest.approx(-np.log(np.finfo(np.float64).tiny))
+    loss.backward()                                     # finite, and nothing through the clamp
+    assert w.grad_as_array()[0] == 0.0
+
+
+def test_lstm_state_given_by_its_cells_alone():
+    """DyNet takes one vector per layer as the cells: h starts at 0 (initial_state), or stays
+    (set_s). Its numbers for this model (2 layers, every weight 0.3): [0.23137, 0.27464], 0.6759."""
+    m = dy.ParameterCollection()
+    b = dy.LSTMBuilder(2, 2, 2, m)
+    for P in b.get_parameters():
+        for p in P:
+            p.set_value(np.full(p.shape(), 0.3))
+    dy.renew_cg()
+    c = [dy.inputVector([0.5, -0.5]), dy.inputVector([0.1, 0.2])]
+    x = dy.inputVector([1.0, 2.0])
+    s = b.initial_state(c).add_input(x)
+    full = b.initial_state(c + [dy.zeros(2), dy.zeros(2)]).add_input(x)
+    np.testing.assert_allclose(s.output().npvalue(), full.output().npvalue(), rtol=1e-6)
+    np.testing.assert_allclose(s.output().npvalue(), [0.23137, 0.27464], atol=1e-5)
+    c2 = [dy.inputVector([1.0, 1.0]), dy.inputVector([2.0, 2.0])]
+    x2 = dy.inputVector([1.0, 0.0])
+    kept = s.set_s(c2).add_input(x2).output().npvalue()
+    np.testing.assert_allclose(kept, s.set_s(c2 + list(s.h())).add_input(x2).output().npvalue(), rtol=1e-6)
+    np.testing.assert_allclose(kept, [0.6759, 0.6759], atol=1e-4)
+
+
+def test_parameter_expr_is_constant_unless_asked(f64):
+    m = dy.ParameterCollection()
+    W = m.add_parameters(2, init=1.0)
+    dy.renew_cg()
+    dy.sum_elems(W.expr()).backward()                   # DyNet 2.1: update=False by default
+    assert not W.grad_as_array().any()
+    dy.renew_cg()
+    dy.sum_elems(W.expr(True)).backward()
+    np.testing.assert_array_equal(W.grad_as_array(), [1.0, 1.0])
+
+
+def test_bmax_sends_ties_to_its_second_argument(f64):
+    m = dy.ParameterCollection()
+    a = m.add_parameters(2, init=dy.NumpyInitializer(np.array([1.0, 2.0])))
+    c = m.add_parameters(2, init=dy.NumpyInitializer(np.array([1.0, 0.0])))
+    dy.renew_cg()
+    dy.sum_elems(dy.bmax(a, c)).backward()
+    np.testing.assert_array_equal(a.grad_as_array(), [0.0, 1.0])
+    np.testing.assert_array_equal(c.grad_as_array(), [1.0, 0.0])
+
+
+def test_values_of_one_element_matrices_and_step_slices():
+    dy.renew_cg()
+    one = dy.inputTensor(np.ones((1, 1)))
+    assert isinstance(one.value(), np.ndarray) and one.value().shape == (1, 1)     # DyNet: array([[1.]])
+    assert dy.inputVector([2.0]).value() == 2.0 and dy.scalarInput(3.0).value() == 3.0
+    v = dy.inputVector([1.0, 2.0, 3.0, 4.0])
+    assert v[::2].value() == [1.0, 3.0] and v[1::2].value() == [2.0, 4.0] and v[::-1].value() == [4.0, 3.0, 2.0, 1.0]
+    assert dy.reshape(v, (2, 2), batch_size=1).npvalue().tolist() == [[1.0, 3.0], [2.0, 4.0]]
+    with pytest.raises(NotImplementedError, match="batch"):
+        dy.reshape(v, (2, 2), batch_size=2)

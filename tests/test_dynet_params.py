@@ -297,7 +297,7 @@ def test_weight_decay_is_the_rule_then_a_shrink(make):
         out = []
         for _ in range(4):
             dy.renew_cg()
-            dy.sum_elems(dy.cmult(W.expr(), W.expr())).backward()
+            dy.sum_elems(dy.cmult(W.expr(True), W.expr(True))).backward()
             tr.update()
             if by_hand:
                 W.scale(1 - by_hand)

@@ -95,7 +95,9 @@ GRAD_ROWS = {
                             + red(dy.affine_transform([c.P.b, c.P.V, c.P.q]), k)),
     "matmul_add": lambda c, k: (red(dy.affine_transform([c.h(k), c.P.W, c.x(k), c.P.V, c.e(k)]), k)
                                 + red(dy.affine_transform([dy.tanh(c.e(k)), c.P.V, c.h(k)]), k)),
-    "transpose": lambda c, k: red(dy.transpose(c.m(k)), k) + red(dy.transpose(c.h(k)), k),
+    "transpose": lambda c, k: (red(dy.transpose(c.m(k)), k) + red(dy.transpose(c.h(k)), k)
+                               + red(dy.transpose(dy.reshape(c.m(k), (2, 3, 2)), [2, 0, 1]), k)
+                               + red(dy.transpose(c.m(k), [0, 1, 2]), k)),
     "dot_product": lambda c, k: (dy.dot_product(c.h(k), c.e(k)) + dy.dot_product(c.h(k), c.h(k))
                                  + dy.dot_product(c.P.b, c.mix(k)[0:3])),
     "lookup": lambda c, k: (red(c.e(k), k) + red(c.P.E[3], k)

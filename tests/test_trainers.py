@@ -172,11 +172,32 @@ def test_not_updated_parameters_are_skipped():
     E.set_updated(False)
     w, e, bb = W.as_array(), E.as_array(), b.as_array()
     loss_on(W, b, E, [1, 2])
+    gw, ge = W.grad_as_array(), E.grad_as_array()
+    assert gw.any() and ge.any()
     tr.update()
     np.testing.assert_array_equal(W.as_array(), w)
     np.testing.assert_array_equal(E.as_array(), e)
     assert not np.array_equal(b.as_array(), bb)
-    assert not W.grad_as_array().any()     # gradients are still cleared
+    # as DyNet's: a frozen parameter's gradients add up, and apply once it is unfrozen
+    np.testing.assert_array_equal(W.grad_as_array(), gw)
+    np.testing.assert_array_equal(E.grad_as_array(), ge)
+    lr, tr.learning_rate = tr.learning_rate, 0.0        # b stays put from here on
+    loss_on(W, b, E, [1, 3])
+    gw2, ge2 = W.grad_as_array() - gw, E.grad_as_array() - ge
+    tr.update()
+    loss_on(W, b, E, [1, 3])
+    tr.update()
+    np.testing.assert_allclose(W.grad_as_array(), gw + 2 * gw2, rtol=1e-5)
+    np.testing.assert_allclose(E.grad_as_array(), ge + 2 * ge2, rtol=1e-5, atol=1e-7)
+    assert len(E.rows_used) == 1            # its record of rows stays one array
+    W.set_updated(True)
+    E.set_updated(True)
+    tr.learning_rate = lr
+    tr.set_clip_threshold(-1)
+    tr.update()
+    np.testing.assert_allclose(W.as_array(), w - lr * (gw + 2 * gw2), rtol=1e-5)
+    np.testing.assert_allclose(E.as_array(), e - lr * (ge + 2 * ge2), rtol=1e-5, atol=1e-7)
+    assert not W.grad_as_array().any() and not E.grad_as_array().any()
 
 
 def test_learning_rate_attribute_restart_and_update_epoch(f64):

@@ -227,27 +227,41 @@ class MatMulAdd(type(Affine)):        # (register keeps instances under the clas
 
 @register
 class Transpose(Op):
+    """transpose(x): (m, n) -> (n, m), a vector (n,) -> (1, n); attr None. With attr a
+    permutation of dimensions (DyNet's dims; x's missing trailing dimensions count as 1):
+    output dimension k is input dimension attr[k]."""
     name = "transpose"
 
     def shape(self, shapes, attr):
         s = shapes[0]
+        if attr is not None:
+            if sorted(attr) != list(range(len(attr))) or len(attr) < len(s):
+                raise ShapeError(f"transpose: dims {list(attr)} are not a permutation of the dimensions of {s}")
+            s = s + (1,) * (len(attr) - len(s))
+            return tuple(s[d] for d in attr)
         if len(s) == 1:
             return (1, s[0])
         if len(s) != 2:
-            raise ShapeError(f"transpose: needs a vector or matrix, got {s}")
+            raise ShapeError(f"transpose: needs a vector or matrix, got {s} (give dims to permute more)")
         return (s[1], s[0])
 
     def view(self, shapes, attr):
-        return ((0, 0),) if flat_order_same(shapes[0]) else None
+        return ((0, 0),) if attr is None and flat_order_same(shapes[0]) else None
 
     def forward(self, xp, xs, attr, data):
         x = xs[0]
+        if attr is not None:
+            x = x.reshape(x.shape + (1,) * (len(attr) + 1 - x.ndim))
+            return x.transpose((0,) + tuple(d + 1 for d in attr))
         if x.ndim == 2:
             return x.reshape(x.shape[0], 1, x.shape[1])
         return x.transpose(0, 2, 1)
 
     def backward(self, xp, xs, y, gy, attr, data):
         x = xs[0]
+        if attr is not None:
+            inverse = sorted(range(len(attr)), key=attr.__getitem__)
+            return [gy.transpose((0,) + tuple(d + 1 for d in inverse)).reshape(x.shape)]
         if x.ndim == 2:
             return [gy.reshape(x.shape)]
         return [gy.transpose(0, 2, 1)]

@@ -227,7 +227,9 @@ class PickNegLogSoftmax(Op):
 
 @register
 class BinaryLogLoss(Op):
-    """-Σ [y·log x + (1-y)·log(1-x)] for probabilities x and targets y."""
+    """-Σ [y·log x + (1-y)·log(1-x)] for probabilities x and targets y. As DyNet's, x and
+    1-x are clamped at the smallest normal float before the log: a saturated probability
+    (a logistic of 20 is 1 in float32) costs -log(tiny) (87.34), with no gradient to x."""
     name = "binary_log_loss"
 
     def shape(self, shapes, attr):
@@ -235,14 +237,22 @@ class BinaryLogLoss(Op):
             raise ShapeError(f"binary_log_loss: shapes differ: {shapes[0]} and {shapes[1]}")
         return (1,)
 
+    @staticmethod
+    def _clamped(xp, x):
+        tiny = xp.finfo(x.dtype).tiny
+        return xp.maximum(x, tiny), xp.maximum(1 - x, tiny), tiny
+
     def forward(self, xp, xs, attr, data):
         x, t = _flat(xs[0]), _flat(xs[1])
-        return -(t * xp.log(x) + (1 - t) * xp.log(1 - x)).sum(axis=1, keepdims=True)
+        p, q, _ = self._clamped(xp, x)
+        return -(t * xp.log(p) + (1 - t) * xp.log(q)).sum(axis=1, keepdims=True)
 
     def backward(self, xp, xs, y, gy, attr, data):
         x, t = xs
+        p, q, tiny = self._clamped(xp, x)
         g = gy.reshape((-1,) + (1,) * (x.ndim - 1))
-        return [g * ((1 - t) / (1 - x) - t / x), g * (xp.log(1 - x) - xp.log(x))]
+        gx = xp.where(1 - x > tiny, (1 - t) / q, 0) - xp.where(x > tiny, t / p, 0)
+        return [g * gx, g * (xp.log(q) - xp.log(p))]
 
 
 @register

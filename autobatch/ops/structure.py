@@ -128,11 +128,12 @@ class KMaxPooling(Op):
 
     @staticmethod
     def _rows(xp, x, attr):
-        """x as rows (R, n) along d, and the sorted positions (R, k) of each row's k largest."""
+        """x as rows (R, n) along d, and the sorted positions (R, k) of each row's k largest;
+        of equal values the earliest win (as DyNet's: after a rectify, which zeros win matters)."""
         k, d = attr
         xm = xp.moveaxis(x, d + 1, -1)
         rows = xm.reshape(-1, xm.shape[-1])
-        idx = xp.sort(xp.argsort(rows, axis=1)[:, rows.shape[1] - k:], axis=1)
+        idx = xp.sort(xp.argsort(-rows, axis=1, kind="stable")[:, :k], axis=1)
         return xm.shape, rows, idx
 
     def forward(self, xp, xs, attr, data):
