@@ -662,7 +662,7 @@ class Expression:
         this node's shape. Nodes that no parameter depends on (inputs, constants) get one
         only from backward(full=True); before any backward, this is an error. A parameter's
         node answers with the parameter's gradient, summed over the backwards since the
-        last update (as in DyNet)."""
+        last update (DyNet's answers with this graph's part of it alone)."""
         self._check()
         g = self.cg
         gr = g.exe.gradient(self.i)
