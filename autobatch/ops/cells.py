@@ -8,6 +8,7 @@ from .base import Op, ShapeError, register
 
 
 _ROWS: dict = {}   # (xp, dtype, H, fb) -> the per-column constants of _gates
+_SLOPES: dict = {}  # (xp, dtype, H) -> the per-column constants of _slopes
 
 
 def _gates(xp, a, fb):
@@ -31,6 +32,24 @@ def _gates(xp, a, fb):
     z *= scale
     z += half
     return z
+
+
+def _slopes(xp, z):
+    """The activations' derivatives from their outputs z = _gates(...): σ' = z - z² on i, f, o,
+    tanh' = 1 - z² on g, i.e. alpha + z·(beta - z) with per-column constants, in whole-row
+    passes (see _gates)."""
+    H = z.shape[1] // 4
+    key = (xp, z.dtype, H)
+    k = _SLOPES.get(key)
+    if k is None:
+        alpha = xp.asarray([0.0] * (3 * H) + [1.0] * H, dtype=z.dtype)
+        beta = xp.asarray([1.0] * (3 * H) + [0.0] * H, dtype=z.dtype)
+        k = _SLOPES[key] = (alpha, beta)
+    alpha, beta = k
+    d = xp.subtract(beta, z)
+    d *= z
+    d += alpha
+    return d
 
 
 @register
@@ -73,13 +92,15 @@ class LSTMCell(Op):
         a = xs[0]
         H = a.shape[1] // 4
         z = _gates(xp, a, attr)
-        h, c = out[:, :H], out[:, H:]
-        xp.multiply(z[:, :H], z[:, 3 * H:], out=c)
+        # c in a block of its own, then copied into out's half: passes over the halves of out,
+        # column slices, cost more than one copy (see _gates)
+        c = xp.multiply(z[:, :H], z[:, 3 * H:])
         cp = self._c_prev(xs, H)
         if cp is not None:
-            c += z[:, H:2 * H] * cp
-        xp.tanh(c, out=h)
-        h *= z[:, 2 * H:3 * H]
+            c += xp.multiply(z[:, H:2 * H], cp)
+        out[:, H:] = c
+        xp.tanh(c, out=c)
+        xp.multiply(c, z[:, 2 * H:3 * H], out=out[:, :H])
 
     def backward(self, xp, xs, y, gy, attr, data):
         a = xs[0]
@@ -93,19 +114,15 @@ class LSTMCell(Op):
         gc += gy[:, H:]
         ga = xp.empty_like(a)
         cp = self._c_prev(xs, H)
-        # the gradients reaching σ(i), σ(f), σ(o), then σ' = σ(1-σ) for all three in one pass
+        # the gradients reaching σ(i), σ(f), σ(o) and tanh(g), then times their slopes in one pass
         xp.multiply(gc, g, out=ga[:, :H])
         if cp is None:
             ga[:, H:2 * H] = 0
         else:
             xp.multiply(gc, cp, out=ga[:, H:2 * H])
         xp.multiply(gh, tc, out=ga[:, 2 * H:3 * H])
-        s = z[:, :3 * H]
-        d = 1 - s
-        d *= s
-        ga[:, :3 * H] *= d
         xp.multiply(gc, i, out=ga[:, 3 * H:])
-        ga[:, 3 * H:] *= 1 - g * g
+        ga *= _slopes(xp, z)
         if cp is None:
             return [ga]
         gcp = gc * f
