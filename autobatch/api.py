@@ -493,6 +493,10 @@ def log_softmax(x, restrict=None) -> Expression:
 def _index_in(name, x, i, n) -> int:
     """i as an index below n: an int, or a whole float (DyNet takes labels read as floats)."""
     i = _whole(i)
+    if type(i) is Expression:
+        raise GraphError(f"{name}: the index is an Expression of shape {i.cg.shapes[i.i]}, not an int (inside a "
+                         f"vertex function, pull integer ids for it: a float input is pulled as values) "
+                         f"[at {user_line()}]")
     if not isinstance(i, (numbers.Integral, np.integer)) or not 0 <= i < n:
         shape = x.cg.shapes[x.i] if type(x) is Expression else x.shape()
         what = "is not a whole number" if isinstance(i, (float, np.floating)) else "out of range"

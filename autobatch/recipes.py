@@ -19,8 +19,11 @@ def step(g, key, ins: tuple, build, *args) -> tuple:
     key when there is one. ins: the node ids the nodes read (parameters included); every node
     build makes may read only these and its own earlier nodes. key must determine, together
     with the shapes of ins, which nodes build makes (ops, attributes, wiring)."""
+    recipes = getattr(g, "_recipes", None)
+    if recipes is None:                 # a vertex function's tracer: it records every node anyway
+        return build(*args)
     key = _full_key(g, key, ins)
-    t = g._recipes.get(key)
+    t = recipes.get(key)
     if t is None:
         return _record(g, key, ins, build, args)
     if t is _NO:

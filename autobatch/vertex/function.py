@@ -9,7 +9,7 @@ import numbers
 import numpy as np
 
 from .. import runtime
-from ..errors import GraphError, StaleExpressionError, user_line
+from ..errors import GraphError, GraphIndexError, StaleExpressionError, user_line
 from ..graph import Expression, cg
 from ..ops import OPS
 from .engine import Run
@@ -156,12 +156,24 @@ class VertexOutputs:
     def graph(self, name, i: int) -> Expression:
         """The rows of graph i: shape (n_i, *pushed shape)."""
         from ..api import pickrange
+        i = self._graph_index(i)
         return pickrange(self[name], int(self.offsets[i]), int(self.offsets[i + 1]), 0)
 
     def vertex(self, name, i: int, v: int) -> Expression:
         """The value pushed by vertex v of graph i."""
         from ..api import pick
+        i = self._graph_index(i)
+        n = int(self.offsets[i + 1] - self.offsets[i])
+        if not 0 <= int(v) < n:
+            raise GraphIndexError(f"vertex {v} out of range: graph {i} of this call has {n} vertices "
+                                  f"[at {user_line()}]")
         return pick(self[name], int(self.offsets[i]) + int(v), 0)
+
+    def _graph_index(self, i) -> int:
+        k = len(self.offsets) - 1
+        if not 0 <= int(i) < k:
+            raise GraphIndexError(f"graph {i} out of range: this call has {k} graphs [at {user_line()}]")
+        return int(i)
 
 
 class VertexFunction:
@@ -195,7 +207,8 @@ class VertexFunction:
             if g.alive:
                 keep.append((g, r))
             else:
-                self._free += [b for b in (r.arena, getattr(r, "garena", None)) if b is not None]
+                # (a run whose node never ran has no arena)
+                self._free += [b for b in (getattr(r, "arena", None), getattr(r, "garena", None)) if b is not None]
                 r.arena = r.garena = None
         self._runs = keep
         best = None
@@ -234,8 +247,9 @@ class VertexFunction:
                 self.scatter_shapes = shapes
             elif shapes != self.scatter_shapes:
                 raise GraphError(f"vertex function {self.name}: scatters shapes {shapes} for vertices with "
-                                 f"{arity} children but {self.scatter_shapes} elsewhere (declared or traced); "
-                                 f"every vertex must scatter the same shapes")
+                                 f"{arity} children but {self.scatter_shapes} elsewhere (declared, or traced "
+                                 f"in this or an earlier call: {self.name}.clear() forgets the traces); "
+                                 f"every vertex must scatter the same shapes [at {user_line()}]")
         self.n_traced += 1
         return Trace(tg, v)
 
@@ -271,6 +285,10 @@ class VertexFunction:
                 raise GraphError(f"{self.name}: vertex {v} of graph {gi} has {int(gr.arity[v])} children, "
                                  f"more than max_children={self.max_children} [at {user_line()}]")
         g = cg()
+        if isinstance(g, TraceGraph):
+            raise GraphError(f"vertex function {self.name} is called inside vertex function {g.name}: "
+                             f"call it outside and pull its outputs in (v.pull of an Expression) "
+                             f"[at {user_line()}]")
         sizes = [gr.n for gr in graphs]
         N = int(sum(sizes))
         pulls = {name: _pull_source(self.name, name, src, sizes, N, g) for name, src in inputs.items()}
@@ -284,6 +302,9 @@ class VertexFunction:
             if ukind.kind != "ids":
                 raise GraphError(f"{self.name}: kind= takes one int per vertex [at {user_line()}]")
             ukind = ukind.ids
+            if ukind.size and int(ukind.min()) < 0:
+                raise GraphError(f"{self.name}: kind= takes ints >= 0, got {int(ukind.min())} "
+                                 f"[at {user_line()}]")
         self._check_params()
         traces, kind_of = self._kinds(arity, ukind, specs, psig)
         for t in traces:
@@ -403,8 +424,11 @@ def vertex_function(max_children: int = 2, scatter_dims=None):
     what child k scattered (zeros if there is no child k), ``v.scatter(*xs)`` sets what parents
     gather, ``v.push(name, x)`` what the call returns as ``out[name]``; ``v.is_leaf``,
     ``v.n_children`` and ``v.kind`` (from ``kind=``) may be branched on. F is traced once per
-    kind of vertex, into the same ops as the lazy graph. ``scatter_dims`` declares the
-    scattered shapes when F gathers at every vertex (no leaf branch to learn them from)."""
+    kind of vertex and per input shapes, into the same ops as the lazy graph, and the traces
+    are reused by later calls: Python state that F reads besides v (a training flag, a global
+    rebound to another Parameter) is frozen into them until ``F.clear()``. ``scatter_dims``
+    declares the scattered shapes when F gathers at every vertex (no leaf branch to learn
+    them from)."""
     def wrap(f):
         vf = VertexFunction(f, max_children, scatter_dims)
         vf.__doc__ = f.__doc__

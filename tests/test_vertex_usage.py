@@ -1,0 +1,133 @@
+"""The vertex front end used as a demanding user does (a side-by-side sweep of programs):
+kinds, output accessors, calls never evaluated, nesting, RNN builders inside F, and the
+errors of each misuse."""
+import numpy as np
+import pytest
+
+import autobatch as dy
+
+
+def _sum_f(scale_leaf=1.0):
+    @dy.vertex_function(max_children=2, scatter_dims=[(1,)])
+    def F(v):
+        h = v.pull("x") * (10.0 * v.n_children + 1.0) + v.gather(0) + v.gather(1)
+        if v.kind > 0:
+            h = h * 100.0
+        v.scatter(h)
+        v.push("h", h)
+    return F
+
+
+def test_kinds_must_be_non_negative():
+    """A negative kind once ran another kind's trace silently (its key collided)."""
+    F = _sum_f()
+    dy.renew_cg()
+    g = dy.InputGraph([[], [0], [0, 1]])
+    with pytest.raises(dy.GraphError, match="kind= takes ints >= 0"):
+        F([g], x=[[1.0, 1.0, 1.0]], kind=[[0, 0, -1]])
+    out = F([g], x=[[1.0, 1.0, 1.0]], kind=[[0, 0, 1]])["h"]
+    np.testing.assert_array_equal(out.npvalue().reshape(-1), [1.0, 12.0, 2100.0 + 1300.0])
+
+
+def test_output_accessors_check_their_indices():
+    @dy.vertex_function(max_children=0)
+    def F(v):
+        v.push("y", v.pull("x") * 1.0)
+    dy.renew_cg()
+    o = F([dy.InputGraph([[]] * 2), dy.InputGraph([[]] * 3)], x=[[0.0, 1.0], [10.0, 11.0, 12.0]])
+    assert o.vertex("y", 1, 2).value() == 12.0 and o.graph("y", 0).npvalue().reshape(-1).tolist() == [0.0, 1.0]
+    for bad in (lambda: o.vertex("y", 0, 2), lambda: o.vertex("y", 1, -1), lambda: o.graph("y", 2)):
+        with pytest.raises(IndexError, match="out of range"):
+            bad()
+
+
+def test_a_call_never_evaluated_leaves_the_function_usable():
+    @dy.vertex_function(max_children=1)
+    def F(v):
+        h = v.pull("x") + (v.gather(0) if not v.is_leaf else 0.0)
+        v.scatter(h)
+        v.push("y", h)
+    g, X = dy.InputGraph.chain(3), [[1.0, 2.0, 3.0]]
+    dy.renew_cg()
+    F([g], x=X)                        # built, never run (a skipped batch)
+    for _ in range(2):
+        dy.renew_cg()
+        assert F([g], x=X)["y"].npvalue().reshape(-1).tolist() == [1.0, 3.0, 6.0]
+
+
+def test_a_vertex_function_inside_another_is_refused_by_name():
+    @dy.vertex_function(max_children=0)
+    def inner(v):
+        v.push("y", v.pull("x") * 2.0)
+
+    @dy.vertex_function(max_children=0)
+    def outer(v):
+        v.push("y", inner([dy.InputGraph([[]])], x=[[1.0]])["y"])
+    dy.renew_cg()
+    with pytest.raises(dy.GraphError, match="inner is called inside vertex function outer"):
+        outer([dy.InputGraph([[]])], x=[[1.0]])
+
+
+@pytest.mark.parametrize("make", [dy.VanillaLSTMBuilder, dy.GRUBuilder, dy.CoupledLSTMBuilder])
+def test_rnn_builders_inside_a_vertex_function(make, f64):
+    """A chain whose step is the builder's cell: the lazy graph's values and gradients."""
+    m = dy.ParameterCollection()
+    rnn = make(1, 4, 3, m)
+    cells = 2 if make is not dy.GRUBuilder else 1
+
+    @dy.vertex_function(max_children=1)
+    def F(v):
+        s = rnn.initial_state() if v.is_leaf else rnn.initial_state([v.gather(0)] * cells)
+        h = s.add_input(v.pull("x")).output()
+        v.scatter(h)
+        v.push("h", h)
+    X = np.random.default_rng(5).normal(size=(4, 4))
+
+    def grads(build):
+        for p in m.parameters_list():
+            p.zero_grad()
+        dy.renew_cg()
+        loss = build()
+        value = loss.value()
+        loss.backward()
+        return value, [p.grad_as_array() for p in m.parameters_list()]
+
+    def by_hand():
+        hs, prev = [], None
+        for x in X:
+            s = rnn.initial_state() if prev is None else rnn.initial_state([prev] * cells)
+            prev = s.add_input(dy.inputVector(x)).output()
+            hs.append(prev)
+        return dy.esum([dy.sum_elems(dy.cmult(h, h)) for h in hs])
+
+    def vertex():
+        out = F([dy.InputGraph.chain(4)], x=[X])["h"]
+        return dy.sum_elems(dy.cmult(out, out))
+
+    (v1, g1), (v2, g2) = grads(by_hand), grads(vertex)
+    assert v2 == pytest.approx(v1, rel=1e-12)
+    for a, b in zip(g1, g2):
+        np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-14)
+
+
+def test_an_index_that_is_a_float_pull_is_named():
+    @dy.vertex_function(max_children=0)
+    def F(v):
+        v.push("loss", dy.pickneglogsoftmax(v.pull("s"), v.pull("y")))
+    dy.renew_cg()
+    with pytest.raises(dy.GraphError, match="pickneglogsoftmax: the index is an Expression"):
+        F([dy.InputGraph([[]])], s=[np.ones((1, 3))], y=[np.array([1.5])])
+
+
+def test_scatter_shapes_from_an_earlier_call_say_how_to_forget_them():
+    @dy.vertex_function(max_children=1)
+    def F(v):
+        x = v.pull("x")
+        v.scatter(x if v.is_leaf else x + v.gather(0))
+        v.push("y", x)
+    dy.renew_cg()
+    F([dy.InputGraph.chain(2)], x=[np.ones((2, 3))])
+    with pytest.raises(dy.GraphError, match=r"F.clear\(\)"):
+        F([dy.InputGraph.chain(2)], x=[np.ones((2, 5))])
+    F.clear()
+    F([dy.InputGraph.chain(2)], x=[np.ones((2, 5))])
