@@ -158,8 +158,8 @@ def lstm_chain(dy, builder, pull="x", lookup=None, x_of=None):
 
     W_x·x is written as its own affine so that it does not depend on gather: the engine then
     runs it once over every token of the call (lazy batching) instead of once per step; the
-    result equals the builder's b + W_x·x + W_h·h up to float rounding; the forget gate adds
-    the builder's constant forget bias, as its cell does."""
+    result equals the builder's b + W_x·x + W_h·h up to float rounding. The gates are the
+    builder's own fused cell (dy.lstm_cell with its forget bias), one instruction per step."""
     Wx, Wh, b = builder.get_parameters()[0]
     H, fb = builder.hidden_dim, builder.forget_bias
 
@@ -170,17 +170,12 @@ def lstm_chain(dy, builder, pull="x", lookup=None, x_of=None):
         else:
             x = lookup[v.pull(pull)] if lookup is not None else v.pull(pull)
         a = dy.affine_transform([b, Wx, x])
-        if not v.is_leaf:
-            h0, c0 = v.gather(0)
-            a = a + Wh * h0
-        i = dy.logistic(dy.pickrange(a, 0, H))
-        o = dy.logistic(dy.pickrange(a, 2 * H, 3 * H))
-        g = dy.tanh(dy.pickrange(a, 3 * H, 4 * H))
         if v.is_leaf:
-            c = dy.cmult(i, g)
+            y = dy.lstm_cell(a, None, fb)              # the builder's own fused cell: [h; c]
         else:
-            c = dy.cmult(dy.logistic(dy.pickrange(a, H, 2 * H) + fb), c0) + dy.cmult(i, g)
-        h = dy.cmult(o, dy.tanh(c))
+            h0, c0 = v.gather(0)
+            y = dy.lstm_cell(a + Wh * h0, c0, fb)
+        h, c = dy.pickrange(y, 0, H), dy.pickrange(y, H, 2 * H)
         v.scatter(h, c)
         v.push("h", h)
 
