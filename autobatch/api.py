@@ -60,14 +60,14 @@ def _op1(op, x) -> Expression:
     return g.add1(op, x.i if type(x) is Expression and x.cg is g else _id(x, g, op))
 
 
-def _op2(op, x, y) -> Expression:
-    """Binary op without attributes (cmult, +, -): the second most common call."""
+def _op2(op, x, y, attr=None) -> Expression:
+    """Binary op (cmult, +, -; attr: lstm_cell's forget bias): the second most common call."""
     g = _S.graph or cg()
     a = x.i if type(x) is Expression and x.cg is g else _id(x, g, op)
     b = y.i if type(y) is Expression and y.cg is g else _id(y, g, op)
     if op.broadcasts and g.shapes[a] != g.shapes[b]:
         a, b = api_dims.broadcast_pair(g, op, a, b)
-    return g.add2(op, a, b)
+    return g.add2(op, a, b, attr)
 
 
 def _opl(op, xs: Sequence, attr=None, data=None) -> Expression:
@@ -646,13 +646,10 @@ def lstm_cell(gates, c_prev=None, forget_bias: float = 0.0) -> Expression:
     the previous cell (H,) or the previous lstm_cell output (2H,); returns [h; c] (2H,) with
     c = σ(f + forget_bias)⊙c_prev + σ(i)⊙tanh(g), h = σ(o)⊙tanh(c). One node instead of
     about twelve."""
-    g = _S.graph or cg()
-    a = gates.i if type(gates) is Expression and gates.cg is g else _id(gates, g, _LSTM_CELL)
     fb = (forget_bias if type(forget_bias) is float else float(forget_bias)) or None
-    if c_prev is None:
-        return g.add1(_LSTM_CELL, a) if fb is None else g.add(_LSTM_CELL, (a,), fb)
-    return g.add2(_LSTM_CELL, a, c_prev.i if type(c_prev) is Expression and c_prev.cg is g
-                  else _id(c_prev, g, _LSTM_CELL), fb)
+    if c_prev is not None:
+        return _op2(_LSTM_CELL, gates, c_prev, fb)
+    return _op1(_LSTM_CELL, gates) if fb is None else _op(_LSTM_CELL, gates, attr=fb)
 
 
 # --- randomness ------------------------------------------------------------------------
