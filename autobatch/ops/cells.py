@@ -7,8 +7,23 @@ from __future__ import annotations
 from .base import Op, ShapeError, register
 
 
-_ROWS: dict = {}   # (xp, dtype, H, fb) -> the per-column constants of _gates
-_SLOPES: dict = {}  # (xp, dtype, H) -> the per-column constants of _slopes
+_ROWS: dict = {}   # (xp, dtype, H, fb) -> the per-column constants of _rows
+
+
+def _rows(xp, dtype, H, fb):
+    """The per-column constants of the cell's whole-row passes, made once per backend, dtype,
+    H and forget bias: (scale: x/2 under σ, x under tanh; shift: fb/2 on f, or None; half:
+    +1/2 under σ; alpha, beta: the slopes' alpha + z·(beta - z))."""
+    key = (xp, dtype, H, fb)
+    r = _ROWS.get(key)
+    if r is None:
+        def row(*runs):
+            return xp.asarray([v for v, n in runs for _ in range(n)], dtype=dtype)
+        r = _ROWS[key] = (row((0.5, 3 * H), (1.0, H)),
+                          row((0.0, H), (0.5 * fb, H), (0.0, 2 * H)) if fb else None,
+                          row((0.5, 3 * H), (0.0, H)),
+                          row((0.0, 3 * H), (1.0, H)), row((1.0, 3 * H), (0.0, H)))
+    return r
 
 
 def _gates(xp, a, fb):
@@ -16,15 +31,7 @@ def _gates(xp, a, fb):
     as one (B, 4H) block (σ(x) = (tanh(x/2)+1)/2: no exp overflow). Every pass runs over
     whole rows with per-column constants: on the (B, 3H) column slice of a (B, 4H) block a
     pass costs 1.4-2x as much (NumPy walks it row by row)."""
-    H = a.shape[1] // 4
-    key = (xp, a.dtype, H, fb)
-    k = _ROWS.get(key)
-    if k is None:
-        scale = xp.asarray([0.5] * (3 * H) + [1.0] * H, dtype=a.dtype)     # x/2 under σ, x under tanh
-        shift = xp.asarray([0.0] * H + [0.5 * fb] * H + [0.0] * (2 * H), dtype=a.dtype) if fb else None
-        half = xp.asarray([0.5] * (3 * H) + [0.0] * H, dtype=a.dtype)
-        k = _ROWS[key] = (scale, shift, half)
-    scale, shift, half = k
+    scale, shift, half, _, _ = _rows(xp, a.dtype, a.shape[1] // 4, fb)
     z = xp.multiply(a, scale)
     if shift is not None:
         z += shift
@@ -34,18 +41,11 @@ def _gates(xp, a, fb):
     return z
 
 
-def _slopes(xp, z):
-    """The activations' derivatives from their outputs z = _gates(...): σ' = z - z² on i, f, o,
-    tanh' = 1 - z² on g, i.e. alpha + z·(beta - z) with per-column constants, in whole-row
-    passes (see _gates)."""
-    H = z.shape[1] // 4
-    key = (xp, z.dtype, H)
-    k = _SLOPES.get(key)
-    if k is None:
-        alpha = xp.asarray([0.0] * (3 * H) + [1.0] * H, dtype=z.dtype)
-        beta = xp.asarray([1.0] * (3 * H) + [0.0] * H, dtype=z.dtype)
-        k = _SLOPES[key] = (alpha, beta)
-    alpha, beta = k
+def _slopes(xp, z, fb):
+    """The activations' derivatives from their outputs z = _gates(..., fb): σ' = z - z² on
+    i, f, o, tanh' = 1 - z² on g, i.e. alpha + z·(beta - z) with per-column constants, in
+    whole-row passes (see _gates)."""
+    _, _, _, alpha, beta = _rows(xp, z.dtype, z.shape[1] // 4, fb)
     d = xp.subtract(beta, z)
     d *= z
     d += alpha
@@ -122,7 +122,7 @@ class LSTMCell(Op):
             xp.multiply(gc, cp, out=ga[:, H:2 * H])
         xp.multiply(gh, tc, out=ga[:, 2 * H:3 * H])
         xp.multiply(gc, i, out=ga[:, 3 * H:])
-        ga *= _slopes(xp, z)
+        ga *= _slopes(xp, z, attr)
         if cp is None:
             return [ga]
         gcp = gc * f
