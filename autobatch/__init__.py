@@ -34,7 +34,7 @@ from .saving import load, load_generator, save  # noqa: F401
 from .runtime import (Strategy, default_strategy, reset_random_seed, set_backend, set_debug,
                       set_default_strategy, set_dropout, set_dtype, set_fusion)
 from .stats import summary as stats_summary
-from .vertex import InputGraph, vertex_function  # noqa: F401
+from .vertex import InputGraph, UnreadInputWarning, vertex_function  # noqa: F401
 from .trainers import (AdadeltaTrainer, AdagradTrainer, AdamTrainer, AmsgradTrainer,  # noqa: F401
                        CyclicalSGDTrainer, MomentumSGDTrainer, RMSPropTrainer, SimpleSGDTrainer, Trainer)
 

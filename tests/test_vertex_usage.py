@@ -131,3 +131,98 @@ def test_scatter_shapes_from_an_earlier_call_say_how_to_forget_them():
         F([dy.InputGraph.chain(2)], x=[np.ones((2, 5))])
     F.clear()
     F([dy.InputGraph.chain(2)], x=[np.ones((2, 5))])
+
+
+def _mlp_f():
+    pc = dy.ParameterCollection()
+    W = pc.add_parameters((3, 4))
+
+    @dy.vertex_function(max_children=1)
+    def F(v):
+        h = dy.tanh(W * v.pull("x"))
+        if not v.is_leaf:
+            h = h + v.gather(0)
+        v.scatter(h)
+        v.push("y", h)
+    return F, W
+
+
+def _expected(W, X, sizes):
+    """h of each vertex of chains of the given sizes, X one row per vertex."""
+    out, k = [], 0
+    for n in sizes:
+        h = 0.0
+        for _ in range(n):
+            h = np.tanh(W @ X[k]) + h
+            out.append(h)
+            k += 1
+    return np.array(out)
+
+
+def test_one_value_per_vertex_also_when_every_graph_has_one_vertex():
+    """A list of N per-vertex vectors was read as one entry per graph whenever there were N
+    graphs (one vertex each), and refused: 'graph 0 has 1 vertices but 4 values'."""
+    F, W = _mlp_f()
+    X = np.random.RandomState(0).rand(3, 4).astype(np.float32)
+    dy.renew_cg()
+    got = F([dy.InputGraph.chain(1)] * 3, x=list(X))["y"].npvalue()
+    np.testing.assert_allclose(got, _expected(W.as_array(), X, [1, 1, 1]), rtol=1e-5)
+    # a (1, 4) entry per graph is still that graph's one row
+    dy.renew_cg()
+    got = F([dy.InputGraph.chain(1)] * 3, x=[X[k:k + 1] for k in range(3)])["y"].npvalue()
+    np.testing.assert_allclose(got, _expected(W.as_array(), X, [1, 1, 1]), rtol=1e-5)
+
+
+def test_a_flat_list_of_per_vertex_expressions():
+    """One Expression per vertex, all graphs in turn, was refused as 'expected numbers or
+    Expressions, got object'; gradients reach each Expression."""
+    F, W = _mlp_f()
+    X = np.random.RandomState(1).rand(5, 4).astype(np.float32)
+    graphs = [dy.InputGraph.chain(2), dy.InputGraph.chain(3)]
+    dy.renew_cg()
+    xs = [dy.inputTensor(r) for r in X]
+    out = F(graphs, x=xs)["y"]
+    np.testing.assert_allclose(out.npvalue(), _expected(W.as_array(), X, [2, 3]), rtol=1e-5)
+    dy.sum_elems(out).backward(full=True)
+    grads = [x.gradient().copy() for x in xs]
+    # per graph as lists gives the same values and input gradients
+    dy.renew_cg()
+    xs2 = [dy.inputTensor(r) for r in X]
+    out2 = F(graphs, x=[xs2[:2], xs2[2:]])["y"]
+    dy.sum_elems(out2).backward(full=True)
+    np.testing.assert_allclose(out2.npvalue(), _expected(W.as_array(), X, [2, 3]), rtol=1e-5)
+    for a, b in zip(grads, xs2):
+        assert np.abs(a).sum() > 0
+        np.testing.assert_allclose(a, b.gradient(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("src, msg", [
+    (lambda X, e: [X[0]] * 4 + [X[0][:3]], "values of different shapes"),
+    (lambda X, e: list(X[:4]), "4 values for 5 vertices"),
+    (lambda X, e: [X[:2], X[:2]], "graph 1 has 3 vertices but 2 values"),
+    (lambda X, e: e[:4], "4 entries for 2 graphs of 5 vertices"),
+    (lambda X, e: e[:4] + [dy.inputTensor(X[0][:3])], r"must all have shape \(4,\); entry 4 is \(3,\)"),
+    (lambda X, e: [e[:2], e[2:4]], "graph 1 has 3 vertices but 2 Expressions"),
+])
+def test_pull_inputs_of_the_wrong_size_are_named(src, msg):
+    F, _ = _mlp_f()
+    X = np.zeros((5, 4), dtype=np.float32)
+    graphs = [dy.InputGraph.chain(2), dy.InputGraph.chain(3)]
+    dy.renew_cg()
+    e = [dy.inputTensor(r) for r in X]
+    with pytest.raises(dy.GraphError, match=msg):
+        F(graphs, x=src(X, e))
+    assert F(graphs, x=X)["y"].npvalue().shape == (5, 3)      # the function is still usable
+
+
+def test_an_input_that_f_never_reads_is_warned_of_once():
+    F, _ = _mlp_f()
+    X = np.zeros((3, 4), dtype=np.float32)
+    dy.renew_cg()
+    with pytest.warns(dy.UnreadInputWarning, match=r"'lable'.*it reads: x"):
+        F([dy.InputGraph.chain(3)], x=X, lable=[0, 1, 2])
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        F([dy.InputGraph.chain(3)], x=X, lable=[0, 1, 2])     # once per name
+        F([dy.InputGraph.chain(3)], x=X)

@@ -5,6 +5,7 @@ Expressions it pulls, so gradients flow both ways and the two front ends mix in 
 from __future__ import annotations
 
 import numbers
+import warnings
 
 import numpy as np
 
@@ -16,6 +17,10 @@ from .engine import Run
 from .graphdata import InputGraph
 from .plan import Plan
 from .trace import NeedScatterShapes, Trace, TraceGraph, Vertex
+
+
+class UnreadInputWarning(UserWarning):
+    """A vertex function was given a named input that it never read."""
 
 
 def _dims(d):
@@ -55,14 +60,21 @@ def _pull_source(fname, name, src, sizes, N, g):
         if not s or s[0] != N:
             raise GraphError(f"{where}: an Expression of shape {s} needs {N} rows, one per vertex [at {user_line()}]")
         return PullSource("expr", s[1:] or (1,), exprs=[src])
-    if isinstance(src, (list, tuple)) and len(src) == len(sizes) and len(src) > 0 and \
-            not isinstance(src[0], (numbers.Number, np.generic)):
-        # one entry per graph: an Expression with a row per vertex, a list of per-vertex
-        # Expressions, or an array-like of values
+    if isinstance(src, (list, tuple)) and src and not isinstance(src[0], (numbers.Number, np.generic)):
         first = src[0]
         if type(first) is Expression or (isinstance(first, (list, tuple)) and first and type(first[0]) is Expression):
+            if len(src) == len(sizes) and _rows_per_graph(src, sizes, g):
+                groups = src                  # one entry per graph
+            elif len(src) == N and all(type(e) is Expression for e in src):
+                groups = [list(src)]          # one Expression per vertex, all graphs in turn
+                sizes = [N]
+            elif len(src) == len(sizes):
+                groups = src                  # per graph, and wrong: its errors say where
+            else:
+                raise GraphError(f"{where}: {len(src)} entries for {len(sizes)} graphs of {N} vertices; pass "
+                                 f"one Expression per vertex, or one entry per graph [at {user_line()}]")
             exprs, shape = [], None
-            for gi, (item, n) in enumerate(zip(src, sizes)):
+            for gi, (item, n) in enumerate(zip(groups, sizes)):
                 if type(item) is Expression:
                     s = g.shapes[item.i]
                     if not s or s[0] != n:
@@ -76,27 +88,32 @@ def _pull_source(fname, name, src, sizes, N, g):
                                          f"[at {user_line()}]")
                     items = list(item)
                     s = g.shapes[items[0].i]
-                    for e in items:
+                    for k, e in enumerate(items):
                         if type(e) is not Expression or g.shapes[e.i] != s:
-                            raise GraphError(f"{where}: per-vertex Expressions of graph {gi} must all have shape {s} "
-                                             f"[at {user_line()}]")
+                            got = g.shapes[e.i] if type(e) is Expression else type(e).__name__
+                            what = f"entry {k}" if groups is not src else f"vertex {k} of graph {gi}"
+                            raise GraphError(f"{where}: per-vertex Expressions must all have shape {s}; {what} "
+                                             f"is {got} [at {user_line()}]")
                 if shape is None:
                     shape = s
                 elif s != shape:
                     raise GraphError(f"{where}: rows of shape {s} in graph {gi}, {shape} before [at {user_line()}]")
                 exprs += exprs_of(items)
             return PullSource("expr", shape, exprs=exprs)
-        arrs = [np.asarray(a) for a in src]
-        for gi, (a, n) in enumerate(zip(arrs, sizes)):
-            if a.ndim == 0 or a.shape[0] != n:
+        arr = None
+        if len(src) == len(sizes):            # one array-like per graph
+            arrs = [np.asarray(a) for a in src]
+            bad = [(gi, a, n) for gi, (a, n) in enumerate(zip(arrs, sizes)) if a.ndim == 0 or a.shape[0] != n]
+            if not bad:
+                arr = np.concatenate(arrs)
+            elif len(src) != N:               # one vertex per graph: src is one value per vertex
+                gi, a, n = bad[0]
                 raise GraphError(f"{where}: graph {gi} has {n} vertices but {a.shape[0] if a.ndim else 1} values "
                                  f"[at {user_line()}]")
-        arr = np.concatenate(arrs)
+        if arr is None:
+            arr = _values(where, src, N)
     else:
-        arr = np.asarray(src)
-        if arr.ndim == 0 or arr.shape[0] != N:
-            raise GraphError(f"{where}: {arr.shape[0] if arr.ndim else 1} values for {N} vertices; pass one "
-                             f"entry per vertex, or one list per graph [at {user_line()}]")
+        arr = _values(where, src, N)
     if arr.dtype.kind in "iu":
         if arr.ndim != 1:
             raise GraphError(f"{where}: integer inputs are ids, one per vertex; got shape {arr.shape} [at {user_line()}]")
@@ -104,6 +121,33 @@ def _pull_source(fname, name, src, sizes, N, g):
     if arr.dtype.kind not in "fb":
         raise GraphError(f"{where}: expected numbers or Expressions, got {arr.dtype} [at {user_line()}]")
     return PullSource("float", arr.shape[1:] or (1,), vals=arr.reshape(N, -1) if arr.ndim == 1 else arr)
+
+
+def _values(where, src, N):
+    """src as an array of one value per vertex."""
+    try:
+        arr = np.asarray(src)
+    except ValueError:                      # ragged
+        raise GraphError(f"{where}: values of different shapes; every vertex needs the same shape "
+                         f"[at {user_line()}]") from None
+    if arr.ndim == 0 or arr.shape[0] != N:
+        raise GraphError(f"{where}: {arr.shape[0] if arr.ndim else 1} values for {N} vertices; pass one "
+                         f"entry per vertex, or one list per graph [at {user_line()}]")
+    return arr
+
+
+def _rows_per_graph(src, sizes, g) -> bool:
+    """Each entry of src is graph k's rows: an Expression of sizes[k] rows or a list of
+    sizes[k] Expressions. (With one vertex per graph src may also be one Expression per
+    vertex, which this tells apart when their first dimension is not 1.)"""
+    for item, n in zip(src, sizes):
+        if type(item) is Expression:
+            s = g.shapes[item.i] if item.cg is g else None
+            if not s or s[0] != n:
+                return False
+        elif not isinstance(item, (list, tuple)) or len(item) != n:
+            return False
+    return True
 
 
 def _same_nodes(g, nodes) -> bool:
@@ -187,6 +231,7 @@ class VertexFunction:
         self.max_children = int(max_children)
         self._declared = None if scatter_dims is None else [_dims(d) for d in scatter_dims]
         self.n_traced = 0                   # traces made so far (all kinds, all calls)
+        self._warned: set = set()           # input names _unread warned of
         self.clear()
         self._runs: list = []               # (graph, run) whose arenas may come back
         self._free: list = []               # arenas of runs whose graph was renewed
@@ -314,8 +359,21 @@ class VertexFunction:
                     bad = int(ids[(ids < 0) | (ids >= bound)][0])
                     raise GraphError(f"{self.name}: {name}={bad} out of range: F uses {name} as an index "
                                      f"below {bound} [at {user_line()}]")
+        self._unread(inputs)
         plan = Plan(graphs, kind_of, len(traces), self.max_children)
         return self._node(g, traces, plan, pulls, N)
+
+    def _unread(self, inputs):
+        """Warn (once per name) of an input that no trace of F read: a misspelt name would
+        otherwise be dropped silently. A warning, not an error: F may read a name only at
+        kinds of vertex that no call has brought yet."""
+        read = set().union(*(t.pulled for t in self.traces.values()))
+        for name in inputs:
+            if name not in read and name not in self._warned:
+                self._warned.add(name)
+                warnings.warn(f"{self.name}(..., {name}=...): F has not read an input named {name!r} at any "
+                              f"kind of vertex so far (it reads: {', '.join(sorted(read)) or 'nothing'}); "
+                              f"a misspelt name?", UnreadInputWarning, stacklevel=3)
 
     def unbatched(self, graphs, kind=None, **inputs) -> dict:
         """The reference semantics: run F once per vertex, building ordinary lazy-graph nodes
@@ -428,7 +486,14 @@ def vertex_function(max_children: int = 2, scatter_dims=None):
     are reused by later calls: Python state that F reads besides v (a training flag, a global
     rebound to another Parameter) is frozen into them until ``F.clear()``. ``scatter_dims``
     declares the scattered shapes when F gathers at every vertex (no leaf branch to learn
-    them from)."""
+    them from).
+
+    A call ``F(graphs, kind=None, **inputs)`` takes each named input as one value per vertex
+    (all graphs in turn: an array of N rows, a list of N values or of N Expressions, or one
+    Expression of N rows) or as one entry per graph (a list, an array or an Expression of that
+    graph's rows, or a list of its per-vertex Expressions). Integer values are ids (for
+    lookups and picks), floats and Expressions are vectors. An input F never reads is warned
+    of (``dy.UnreadInputWarning``), as a misspelt name would otherwise be dropped."""
     def wrap(f):
         vf = VertexFunction(f, max_children, scatter_dims)
         vf.__doc__ = f.__doc__

@@ -222,6 +222,7 @@ class Trace:
         self.pulls = [(s, name) for name, x in v.pulled.items()
                       if type(x) is Expression for s in [x.i]]
         self.bounds = {x.name: x.bound for x in v.pulled.values() if isinstance(x, VertexIndex)}
+        self.pulled = frozenset(v.pulled)   # every name F read, live or not
         self.params = [(s, src[1], src[2]) for s, src in enumerate(tg.src) if src[0] == PARAM]
         self.param_shapes = [tuple(p.data.shape) for _, p, _ in self.params]
         n = len(self.src)
