@@ -38,6 +38,20 @@ from .vertex import InputGraph, UnreadInputWarning, vertex_function  # noqa: F40
 from .trainers import (AdadeltaTrainer, AdagradTrainer, AdamTrainer, AmsgradTrainer,  # noqa: F401
                        CyclicalSGDTrainer, MomentumSGDTrainer, RMSPropTrainer, SimpleSGDTrainer, Trainer)
 
+from .minibatch import BatchedExpression  # noqa: F401
+from . import api as _api, api_graph as _api_graph, api_lstm as _api_lstm, api_math as _api_math  # noqa: E402
+from . import api_random as _api_random, api_reduce as _api_reduce, api_shape as _api_shape  # noqa: E402
+from . import minibatch as _minibatch  # noqa: E402
+
+# DyNet's minibatch dimension (minibatch.py): every op runs per element on a batched operand
+_minibatch.install(
+    [_api, _api_lstm, _api_math, _api_random, _api_reduce, _api_shape],
+    skip={"inputTensor", "inputVector", "inputMatrix", "vecInput", "scalarInput", "zeros", "ones", "constant",
+          "parameter", "const_parameter", "const_lookup", "lookup", "reshape", "zeroes", "matInput",
+          "random_normal", "random_uniform", "random_bernoulli", "random_gumbel", "Parameters",
+          "LookupParameters", *_minibatch.BATCH_FUNCTIONS},
+    classes=[Expression, Parameter, LookupParameter])
+
 __version__ = "0.1.0"
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from . import runtime
 from .errors import GraphError, GraphIndexError, StaleExpressionError, user_line
-from . import api_dims, fastpath
+from . import api_dims, fastpath, minibatch
 from .graph import ComputationGraph, Expression, cg, expression
 from .ops import OPS
 from .params import LookupParameter, Parameter
@@ -45,6 +45,8 @@ def _id(x, g: ComputationGraph, op=None) -> int:
         return x.i
     if isinstance(x, Parameter):
         return parameter(x).i if _table(x) else g.pid(x)
+    if type(x) is minibatch.BatchedExpression:
+        raise minibatch.BatchedOperand     # DyNet's minibatch: the op runs per element
     what = f"{op.name}: " if op is not None else ""
     raise TypeError(f"{what}expected an Expression or Parameter, got {type(x).__name__} [at {user_line()}]")
 
@@ -90,13 +92,10 @@ def _table(p) -> bool:
 # Every input node can take new values later with Expression.set (api_random.py).
 def inputTensor(arr, batched: bool = False, device: str = "", reusable_expr: bool = False) -> Expression:
     """A constant tensor (any shape) taken from a list or array; a scalar becomes (1,).
-    reusable_expr: accepted for DyNet (every input here can be ``set``); device: ignored."""
+    batched (or a list of arrays): DyNet's minibatch, the last axis (or the list) its elements,
+    each an input of its own (see minibatch.py). reusable_expr: accepted for DyNet (every input here can be ``set``); device: ignored."""
     if batched or (type(arr) is list and arr and all(isinstance(a, np.ndarray) for a in arr)):
-        raise NotImplementedError(
-            "inputTensor(batched=True) / inputTensor(list of arrays): autobatch has no minibatch "
-            "dimension (each instance is its own graph, and equal nodes of all instances are "
-            "batched for you); write one input per instance: dy.inputTensor(a) for each array a, "
-            f"each in its instance's code [at {user_line()}]")
+        return minibatch.input_batch(arr)       # DyNet's minibatch: an input per element
     a = np.asarray(arr, dtype=_S.dtype)
     if a.ndim == 0:
         a = a.reshape(1)
@@ -514,6 +513,8 @@ def _shape(x):
         return x.cg.shapes[x.i]
     if isinstance(x, Parameter):
         return x.shape()
+    if type(x) is minibatch.BatchedExpression:
+        raise minibatch.BatchedOperand
     raise TypeError(f"expected an Expression, got {type(x).__name__} [at {user_line()}]")
 
 
@@ -632,11 +633,9 @@ def concatenate_cols(xs: Sequence) -> Expression:
 
 def reshape(x, d, batch_size: int = 1) -> Expression:
     """The same elements in shape ``d`` (column-major, as in DyNet). batch_size: DyNet's
-    minibatch size, 1 here (each graph is one instance)."""
-    if batch_size != 1:
-        raise NotImplementedError(
-            f"reshape(batch_size={batch_size}): autobatch has no minibatch dimension (each graph is one "
-            "instance, batched for you); reshape each instance's expression with batch_size=1")
+    minibatch size of the result (see minibatch.reshape_batch)."""
+    if batch_size != 1 or type(x) is minibatch.BatchedExpression:
+        return minibatch.reshape_batch(x, d, batch_size)
     return _op(OPS["reshape"], x, attr=_dim(d))
 
 

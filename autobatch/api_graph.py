@@ -10,6 +10,7 @@ import numpy as np
 from .api import _graph, _id, inputTensor
 from .errors import GraphError, user_line
 from .graph import Expression
+from .minibatch import BatchedExpression
 
 __all__ = ["forward", "values", "npvalues", "cg_checkpoint", "cg_revert", "cg_version",
            "print_text_graphviz", "print_graphviz", "dump_cg", "sparse_inputTensor"]
@@ -18,7 +19,7 @@ __all__ = ["forward", "values", "npvalues", "cg_checkpoint", "cg_revert", "cg_ve
 def forward(exprs: Sequence[Expression]) -> None:
     """Compute all of ``exprs`` in one forward, so equal nodes among them are batched
     together (calling value() on each in turn would batch only what each one needs)."""
-    exprs = list(exprs)
+    exprs = [e for x in exprs for e in (x.xs if type(x) is BatchedExpression else (x,))]
     if not exprs:
         return
     g = _graph()
@@ -89,9 +90,8 @@ def dump_cg(file=None) -> None:
 def sparse_inputTensor(idxs, values, shape, batched: bool = False, defval: float = 0.0,
                        device: str = "") -> Expression:
     """A constant tensor of ``shape`` equal to ``defval`` except at the coordinates
-    ``idxs`` (one integer sequence per dimension), which take ``values`` in order."""
-    if batched:
-        return inputTensor(np.zeros(1), batched=True)     # raises the minibatch explanation
+    ``idxs`` (one integer sequence per dimension), which take ``values`` in order. batched:
+    the last dimension is DyNet's minibatch (as in inputTensor)."""
     shape = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,)))
     if len(idxs) != len(shape):
         raise GraphError(f"sparse_inputTensor: needs one index sequence per dimension of shape "
@@ -107,4 +107,4 @@ def sparse_inputTensor(idxs, values, shape, batched: bool = False, defval: float
                              f"for shape {shape} [at {user_line()}]")
     dense = np.full(shape, float(defval))
     dense[tuple(coords)] = vals
-    return inputTensor(dense)
+    return inputTensor(dense, batched=batched)

@@ -16,6 +16,7 @@ from . import api as dy
 from .api_math import nobackprop
 from .errors import GraphError, user_line
 from .graph import Expression
+from .minibatch import BatchedExpression, BatchedOperand
 from .params import Parameter
 
 __all__ = ["vanilla_lstm_gates", "vanilla_lstm_gates_concat", "vanilla_lstm_gates_dropout",
@@ -27,6 +28,8 @@ def _shape(name: str, what: str, x) -> tuple:
         return x.cg.shapes[x.i]
     if isinstance(x, Parameter) and not x.is_lookup:
         return x.shape()
+    if type(x) is BatchedExpression:
+        raise BatchedOperand
     raise GraphError(f"{name}: {what} must be an Expression or Parameter, got {type(x).__name__} "
                      f"[at {user_line()}]")
 

@@ -13,6 +13,9 @@ from . import runtime
 from .api import _dim, _graph, _id, _seed, _shape, parameter, zeros
 from .errors import GraphError, user_line
 from .graph import ComputationGraph, Expression
+from .minibatch import (concatenate_to_batch, dropout_batch, hinge_batch, lookup_batch, mean_batches,  # noqa: F401
+                        moment_batches, pick_batch, pick_batch_elem, pick_batch_elems, pickneglogsoftmax_batch,
+                        repeat, std_batches, sum_batches)
 from .ops import OPS
 from .ops import random as _rnd
 from .params import LookupParameter, Parameter
@@ -44,8 +47,7 @@ def matInput(d1: int, d2: int) -> Expression:
 
 def zeroes(dim, batch_size: int = 1) -> Expression:
     """DyNet's other spelling of zeros: a constant of shape ``dim`` filled with 0."""
-    _one_batch("zeroes", batch_size, "dy.zeroes(dim) in each instance's graph")
-    return zeros(dim)
+    return repeat("zeroes", batch_size, lambda: zeros(dim))
 
 
 def _set(self: Expression, values) -> None:
@@ -104,11 +106,6 @@ def _lookup_index(g, i, index):
 
 
 # --- random tensors --------------------------------------------------------------------------
-def _one_batch(name: str, batch_size, hint: str) -> None:
-    if batch_size != 1:
-        _unbatched(name, hint)
-
-
 def _finite(name: str, **kw) -> None:
     for k, v in kw.items():
         if not isinstance(v, numbers.Real) or not math.isfinite(v):
@@ -129,40 +126,36 @@ def _sample(op, name: str, dim, a: float, b: float) -> Expression:
 
 def random_normal(dim, mean: float = 0.0, stddev: float = 1.0, batch_size: int = 1) -> Expression:
     """Values drawn from N(mean, stddev²), shape ``dim`` (an int gives a vector (dim,))."""
-    _one_batch("random_normal", batch_size, "dy.random_normal(dim) in each instance's graph")
     _finite("random_normal", mean=mean, stddev=stddev)
     if stddev < 0:
         raise GraphError(f"random_normal: stddev must be >= 0, got {stddev} [at {user_line()}]")
-    return _sample(OPS["random_normal"], "random_normal", dim, mean, stddev)
+    return repeat("random_normal", batch_size, lambda: _sample(OPS["random_normal"], "random_normal", dim, mean, stddev))
 
 
 def random_uniform(dim, left: float, right: float, batch_size: int = 1) -> Expression:
     """Values drawn uniformly from [left, right), shape ``dim``."""
-    _one_batch("random_uniform", batch_size, "dy.random_uniform(dim, left, right) in each instance's graph")
     _finite("random_uniform", left=left, right=right)
     if left > right:
         raise GraphError(f"random_uniform: needs left <= right, got left={left}, right={right} "
                          f"[at {user_line()}]")
-    return _sample(OPS["random_uniform"], "random_uniform", dim, left, right)
+    return repeat("random_uniform", batch_size, lambda: _sample(OPS["random_uniform"], "random_uniform", dim, left, right))
 
 
 def random_bernoulli(dim, p: float, scale: float = 1.0, batch_size: int = 1) -> Expression:
     """Each value ``scale`` with probability p, else 0; shape ``dim``."""
-    _one_batch("random_bernoulli", batch_size, "dy.random_bernoulli(dim, p) in each instance's graph")
     _finite("random_bernoulli", p=p, scale=scale)
     if not 0 <= p <= 1:
         raise GraphError(f"random_bernoulli: p must be in [0, 1], got {p} [at {user_line()}]")
-    return _sample(OPS["random_bernoulli"], "random_bernoulli", dim, p, scale)
+    return repeat("random_bernoulli", batch_size, lambda: _sample(OPS["random_bernoulli"], "random_bernoulli", dim, p, scale))
 
 
 def random_gumbel(dim, mu: float = 0.0, beta: float = 1.0, batch_size: int = 1) -> Expression:
     """Values drawn from Gumbel(mu, beta) (mean mu + 0.5772·beta), shape ``dim``. DyNet
     supports only mu=0, beta=1; any finite mu and beta > 0 work here."""
-    _one_batch("random_gumbel", batch_size, "dy.random_gumbel(dim) in each instance's graph")
     _finite("random_gumbel", mu=mu, beta=beta)
     if beta <= 0:
         raise GraphError(f"random_gumbel: beta must be > 0, got {beta} [at {user_line()}]")
-    return _sample(OPS["random_gumbel"], "random_gumbel", dim, mu, beta)
+    return repeat("random_gumbel", batch_size, lambda: _sample(OPS["random_gumbel"], "random_gumbel", dim, mu, beta))
 
 
 def _unchanged(x) -> Expression:
@@ -195,75 +188,3 @@ def block_dropout(x, p: float) -> Expression:
         return _unchanged(x)
     g = _graph()
     return g.add(OPS["block_dropout"], (_id(x, g),), float(p), _seed(g))
-
-
-# --- DyNet's minibatch functions ---------------------------------------------------------------
-def _unbatched(name: str, hint: str):
-    raise NotImplementedError(
-        f"dy.{name}: DyNet's minibatch API has no meaning in autobatch, which has no batch "
-        f"dimension: build one graph per instance and equal nodes of all instances are batched "
-        f"for you. Per instance, write {hint} [at {user_line()}]")
-
-
-def lookup_batch(p: LookupParameter, indices, update: bool = True) -> Expression:
-    """Not supported (no batch dimension): use ``[dy.lookup(E, i) for i in ids]``."""
-    _unbatched("lookup_batch", "[dy.lookup(E, i) for i in ids] (or E[i]), one expression per instance")
-
-
-def pick_batch(e, indices, dim: int = 0) -> Expression:
-    """Not supported (no batch dimension): use ``dy.pick(x, i, dim)`` per instance."""
-    _unbatched("pick_batch", "dy.pick(x, i, dim) in each instance, "
-               "e.g. [dy.pick(x, i) for x, i in zip(xs, indices)]")
-
-
-def pick_batch_elem(x, v: int) -> Expression:
-    """Not supported (no batch dimension): keep the instances' expressions in a list."""
-    _unbatched("pick_batch_elem", "xs[v], where xs is the list of the instances' expressions")
-
-
-def pick_batch_elems(x, vs) -> Expression:
-    """Not supported (no batch dimension): keep the instances' expressions in a list."""
-    _unbatched("pick_batch_elems", "[xs[v] for v in vs], where xs is the list of the instances' expressions")
-
-
-def pickneglogsoftmax_batch(x, vs) -> Expression:
-    """Not supported (no batch dimension): use ``dy.pickneglogsoftmax(x, v)`` per instance."""
-    _unbatched("pickneglogsoftmax_batch", "dy.esum([dy.pickneglogsoftmax(x, v) for x, v in zip(xs, vs)])")
-
-
-def concatenate_to_batch(xs) -> Expression:
-    """Not supported (no batch dimension): the list of expressions already is the batch."""
-    _unbatched("concatenate_to_batch", "nothing: keep the list xs, each expression is an instance of its "
-               "own (dy.concatenate(xs) joins them along a dimension instead)")
-
-
-def sum_batches(x) -> Expression:
-    """Not supported (no batch dimension): use ``dy.esum`` over the instances' expressions."""
-    _unbatched("sum_batches", "dy.esum(xs) over the list xs of the instances' expressions (e.g. their losses)")
-
-
-def mean_batches(x) -> Expression:
-    """Not supported (no batch dimension): use ``dy.average`` over the instances' expressions."""
-    _unbatched("mean_batches", "dy.average(xs) over the list xs of the instances' expressions")
-
-
-def moment_batches(x, r: int) -> Expression:
-    """Not supported (no batch dimension): average the powers of the instances' expressions."""
-    _unbatched("moment_batches", "the average over the list xs of the instances' expressions of x**r, "
-               "e.g. for r = 2: dy.average([dy.square(x) for x in xs])")
-
-
-def std_batches(x) -> Expression:
-    """Not supported (no batch dimension): compute it over the instances' expressions."""
-    _unbatched("std_batches", "m = dy.average(xs); dy.sqrt(dy.average([dy.square(x - m) for x in xs])) "
-               "over the list xs of the instances' expressions")
-
-
-def hinge_batch(x, vs, m: float = 1.0) -> Expression:
-    """Not supported (no batch dimension): use ``dy.hinge(x, v, m)`` per instance."""
-    _unbatched("hinge_batch", "dy.hinge(x, v, m) in each instance, e.g. [dy.hinge(x, v, m) for x, v in zip(xs, vs)]")
-
-
-def dropout_batch(x, p: float) -> Expression:
-    """Not supported (no batch dimension): ``dy.block_dropout(x, p)`` drops a whole instance."""
-    _unbatched("dropout_batch", "dy.block_dropout(x, p) in each instance: it drops all of x or none")

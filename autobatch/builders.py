@@ -19,12 +19,15 @@ from . import recipes, runtime
 from .api_reduce import layer_norm
 from .errors import GraphError, user_line
 from .graph import Expression
+from .minibatch import BatchedExpression, run_per_element
 from .params import ConstInitializer, ParameterCollection
 
 __all__ = ["RNNState", "VanillaLSTMBuilder", "LSTMBuilder", "SimpleRNNBuilder", "GRUBuilder"]
 
 
 def _shape_of(x) -> tuple:
+    if type(x) is BatchedExpression:        # DyNet's minibatch: the shape of one element
+        x = x.xs[0]
     if type(x) is not Expression:
         raise TypeError(f"expected an Expression, got {type(x).__name__} [at {user_line()}]")
     return x.cg.shapes[x.i]
@@ -262,6 +265,10 @@ class _Builder:
         """_layer_step, its nodes appended from a per-graph template after the first step of
         each form (recipes.py): a step's nodes then cost a fraction of building them one by
         one. Inputs from another graph take the normal path, which reports them."""
+        if BatchedExpression in (type(x), type(h), type(c), type(mh)):
+            # DyNet's minibatch: each element's step, from the template as any instance's
+            return run_per_element(f"{type(self).__name__}.add_input",
+                                   lambda *a: self._replayed_step(run, l, *a), (x, h, c, mh))
         P = run.exprs[l]
         g = x.cg
         if g is not dy._S.graph or P[0].cg is not g:

@@ -32,8 +32,9 @@ def test_vecinput_rejects_bad_dims(bad):
 def test_zeroes_is_zeros():
     np.testing.assert_array_equal(dy.zeroes((2, 3)).npvalue(), np.zeros((2, 3)))
     np.testing.assert_array_equal(dy.zeroes(4).npvalue(), np.zeros(4))
-    with pytest.raises(NotImplementedError, match="zeroes"):
-        dy.zeroes(3, batch_size=2)
+    assert dy.zeroes(3, batch_size=2).dim() == ((3,), 2)        # DyNet's minibatch (test_minibatch.py)
+    with pytest.raises(GraphError, match="zeroes: batch_size"):
+        dy.zeroes(3, batch_size=0)
 
 
 @pytest.mark.parametrize("strategy", STRATS)
@@ -229,11 +230,7 @@ def test_a_set_of_a_node_not_yet_computed_keeps_computed_values():
     np.testing.assert_array_equal((x * 2).npvalue(), [2, 4])
 
 
-def test_inputtensor_batched_and_lists_of_arrays_are_refused():
-    with pytest.raises(NotImplementedError, match=r"inputTensor\(batched=True\).*per instance"):
-        dy.inputTensor(np.ones((2, 3)), batched=True)
-    with pytest.raises(NotImplementedError, match="inputTensor"):
-        dy.inputTensor([np.ones(2), np.zeros(2)])
+def test_a_nested_list_is_one_tensor():
     assert dy.inputTensor([np.ones(2), [3.0, 4.0]]).dim() == ((2, 2), 1)   # a nested list, as DyNet
 
 
@@ -318,13 +315,6 @@ def test_random_argument_errors(call, match):
     assert dy.random_normal(2).dim() == ((2,), 1)          # the graph is still usable
 
 
-def test_random_batch_size_is_refused():
-    for f, args in ((dy.random_normal, ()), (dy.random_uniform, (0, 1)), (dy.random_bernoulli, (0.5,)),
-                    (dy.random_gumbel, ())):
-        with pytest.raises(NotImplementedError, match=f.__name__):
-            f(3, *args, batch_size=4)
-
-
 # --- dropout variants --------------------------------------------------------------------------
 def _ones_nodes(shape, k):
     return [dy.inputTensor(np.ones(shape)) for _ in range(k)]
@@ -390,35 +380,7 @@ def test_block_dropout_gradient_follows_the_mask():
     np.testing.assert_allclose(W.grad_as_array(), np.full((2, 2), 2.0 * kept))
 
 
-# --- minibatch functions and class names ---------------------------------------------------------
-MINIBATCH = {
-    "lookup_batch": (lambda E, x: dy.lookup_batch(E, [1, 2]), r"\[dy.lookup\(E, i\) for i in ids\]"),
-    "pick_batch": (lambda E, x: dy.pick_batch(x, [0, 1]), r"dy.pick\(x, i"),
-    "pick_batch_elem": (lambda E, x: dy.pick_batch_elem(x, 0), r"xs\[v\]"),
-    "pick_batch_elems": (lambda E, x: dy.pick_batch_elems(x, [0]), r"\[xs\[v\] for v in vs\]"),
-    "pickneglogsoftmax_batch": (lambda E, x: dy.pickneglogsoftmax_batch(x, [0]), r"dy.pickneglogsoftmax\(x, v\)"),
-    "concatenate_to_batch": (lambda E, x: dy.concatenate_to_batch([x, x]), "keep the list xs"),
-    "sum_batches": (lambda E, x: dy.sum_batches(x), r"dy.esum\(xs\)"),
-    "mean_batches": (lambda E, x: dy.mean_batches(x), r"dy.average\(xs\)"),
-    "moment_batches": (lambda E, x: dy.moment_batches(x, 2), r"dy.average"),
-    "std_batches": (lambda E, x: dy.std_batches(x), r"dy.sqrt"),
-    "hinge_batch": (lambda E, x: dy.hinge_batch(x, [0]), r"dy.hinge\(x, v, m\)"),
-    "dropout_batch": (lambda E, x: dy.dropout_batch(x, 0.5), r"dy.block_dropout\(x, p\)"),
-}
-
-
-@pytest.mark.parametrize("name", sorted(MINIBATCH))
-def test_minibatch_functions_explain_the_per_instance_way(name):
-    call, hint = MINIBATCH[name]
-    m = dy.ParameterCollection()
-    E = m.add_lookup_parameters((5, 3))
-    x = dy.inputVector([1.0, 2.0, 3.0])
-    with pytest.raises(NotImplementedError, match=rf"dy\.{name}: .*no batch dimension.*per instance.*{hint}"):
-        call(E, x)
-    assert hasattr(dy, name)
-    np.testing.assert_array_equal(x.npvalue(), [1, 2, 3])    # nothing was added; the graph works
-
-
+# --- class names ------------------------------------------------------------------------------------
 def test_parameters_class_names():
     m = dy.ParameterCollection()
     assert dy.Parameters is dy.Parameter and dy.LookupParameters is dy.LookupParameter

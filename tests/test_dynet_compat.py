@@ -239,5 +239,5 @@ def test_values_of_one_element_matrices_and_step_slices():
     v = dy.inputVector([1.0, 2.0, 3.0, 4.0])
     assert v[::2].value() == [1.0, 3.0] and v[1::2].value() == [2.0, 4.0] and v[::-1].value() == [4.0, 3.0, 2.0, 1.0]
     assert dy.reshape(v, (2, 2), batch_size=1).npvalue().tolist() == [[1.0, 3.0], [2.0, 4.0]]
-    with pytest.raises(NotImplementedError, match="batch"):
+    with pytest.raises(dy.GraphError, match=r"cannot become 2 of shape \(2, 2\)"):
         dy.reshape(v, (2, 2), batch_size=2)

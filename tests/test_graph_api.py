@@ -195,8 +195,8 @@ def test_sparse_input_tensor():
         dy.sparse_inputTensor(([0, 4],), [5, 6], (4,))
     with pytest.raises(dy.GraphError, match="one index sequence per dimension"):
         dy.sparse_inputTensor(([0, 1],), [5, 6], (2, 2))
-    with pytest.raises(NotImplementedError, match="minibatch"):
-        dy.sparse_inputTensor(([0],), [1], (2,), batched=True)
+    b = dy.sparse_inputTensor(([0, 1], [1, 0]), [5, 6], (2, 2), batched=True)     # the last axis: the batch
+    assert b.dim() == ((2,), 2) and b.npvalue().tolist() == [[0, 5], [6, 0]]
 
 
 @pytest.mark.parametrize("strategy", STRATS)

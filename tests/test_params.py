@@ -205,8 +205,7 @@ def test_parameters_answer_as_their_expressions_do():
     (dy.sum_elems(dy.square(p)) + dy.sum_elems(E[1]) * 2 + dy.sum_elems(E[3])).backward()
     np.testing.assert_allclose(p.gradient(), [1.0, -2.0, 4.0])
     np.testing.assert_array_equal(E.rows_grad_as_array([3, 0, 1]), [[1, 1], [0, 0], [2, 2]])
-    with pytest.raises(NotImplementedError, match="lookup_batch"):
-        E.batch([0, 1])
+    assert E.batch([0, 1]).npvalue().tolist() == [[0.0, 2.0], [1.0, 3.0]]     # (d, B), as DyNet
 
 
 def test_parameter_values_with_recalculate_leave_the_graph_alone():

@@ -1,0 +1,356 @@
+"""DyNet's minibatch dimension, for programs that batch by hand (``lookup_batch``,
+``pickneglogsoftmax_batch``, ``sum_batches``, ``inputTensor(..., batched=True)``).
+
+A batched expression here is the list of its elements' Expressions, one per batch element,
+and an op applied to it runs once per element: the same nodes a per-instance program builds,
+which the scheduler batches as it batches any instances. So hand-batched programs need no
+second op set and no second batching mechanism, only this bookkeeping at the API.
+
+DyNet's rules: operands of one op have equal batch sizes, or size 1 (broadcast); a batch of
+one is an ordinary expression; ``npvalue()`` puts the batch last, ``value()`` is the flat list
+of the elements' values in turn; ``backward()`` needs one element (``sum_batches`` first)."""
+from __future__ import annotations
+
+import functools
+import numbers
+import sys
+
+import numpy as np
+
+from .errors import GraphError, GraphIndexError, user_line
+from .graph import Expression
+
+
+class BatchedExpression:
+    """B >= 2 Expressions of one shape, one per batch element (DyNet dim: (shape, B))."""
+
+    __slots__ = ("xs",)
+
+    def __init__(self, xs):
+        self.xs = xs
+
+    def dim(self):
+        """(shape of one element, batch size), as DyNet's."""
+        return (self.xs[0].dim()[0], len(self.xs))
+
+    def forward(self, recalculate: bool = False) -> None:
+        """Compute every element, in one forward (so they are batched together)."""
+        if recalculate:
+            self.xs[0].forward(recalculate=True)
+        from .api_graph import forward
+        forward(self.xs)
+
+    def npvalue(self, recalculate: bool = False):
+        """The elements' values stacked on a last axis: shape (*shape, B), as DyNet's."""
+        self.forward(recalculate)
+        return np.stack([x.npvalue() for x in self.xs], axis=-1)
+
+    def value(self, recalculate: bool = False) -> list:
+        """All elements' values in turn as one flat list (each column-major), as DyNet's."""
+        return self.npvalue(recalculate).reshape(-1, order="F").tolist()
+
+    vec_value = value
+
+    def tensor_value(self, recalculate: bool = False):
+        return self.npvalue(recalculate)
+
+    def scalar_value(self, recalculate: bool = False) -> float:
+        raise GraphError(f"scalar_value() of a batch of {len(self.xs)} elements of shape {self.dim()[0]}; "
+                         f"dy.sum_batches(x) or dy.pick_batch_elem(x, k) gives one [at {user_line()}]")
+
+    def backward(self, full: bool = False) -> None:
+        raise GraphError(f"backward() needs a scalar loss, not a batch of {len(self.xs)} elements of shape "
+                         f"{self.dim()[0]}: call it on dy.sum_batches(loss) [at {user_line()}]")
+
+    def gradient(self):
+        """The elements' gradients stacked on a last axis, as npvalue()."""
+        return np.stack([x.gradient() for x in self.xs], axis=-1)
+
+    def __repr__(self):
+        return f"BatchedExpression(batch={len(self.xs)}, shape={self.dim()[0]})"
+
+    # the arithmetic is set at the end of the module from the API's operator functions
+
+
+class BatchedOperand(GraphError):
+    """Raised where an op's operand conversion (api._id, api._shape) meets a batch, before the
+    op adds a node; the op's wrapper (per_element) catches it and runs the op per element.
+    Unbatched calls pay for a try block, not for a scan of their operands. Seen by a user only
+    from a function that takes one expression, never a batch."""
+
+    def __init__(self, msg=None):
+        super().__init__(msg or f"a batched expression (DyNet's minibatch) was given where one expression is "
+                                f"needed; dy.pick_batch_elem(x, k) or dy.sum_batches(x) gives one "
+                                f"[at {user_line()}]")
+
+
+def _one_or_batch(xs):
+    xs = list(xs)
+    return xs[0] if len(xs) == 1 else BatchedExpression(xs)
+
+
+def _is_batched(a) -> bool:
+    t = type(a)
+    return t is BatchedExpression or (t is list or t is tuple) and BatchedExpression in map(type, a)
+
+
+def _sizes(args):
+    for a in args:
+        if type(a) is BatchedExpression:
+            yield len(a.xs)
+        elif type(a) is list or type(a) is tuple:
+            yield from (len(e.xs) for e in a if type(e) is BatchedExpression)
+
+
+def _at(a, k):
+    """Operand a for batch element k (batched ones give their element, or their one)."""
+    t = type(a)
+    if t is BatchedExpression:
+        return a.xs[k]
+    if (t is list or t is tuple) and BatchedExpression in map(type, a):
+        return t(e.xs[k] if type(e) is BatchedExpression else e for e in a)
+    return a
+
+
+def run_per_element(name, f, args, kw=None):
+    """f(*args) once per batch element (operands of batch size B give element k, the others
+    pass whole); Expression results come back as a batch, tuples as a tuple of batches."""
+    return _per_element(f, args, kw or {}, name)
+
+
+def _per_element(f, args, kw, name=None):
+    """f over batch elements: operands of batch size B give element k, the others pass whole."""
+    sizes = sorted(set(_sizes(list(args) + list(kw.values()))))
+    if len(sizes) > 1:
+        raise GraphError(f"{name or f.__name__}: operands of batch sizes {sizes}; DyNet's rule: equal sizes, or an "
+                         f"unbatched operand [at {user_line()}]")
+    outs = [f(*[_at(a, k) for a in args], **{n: _at(v, k) for n, v in kw.items()}) for k in range(sizes[0])]
+    if all(type(o) is Expression for o in outs):
+        return BatchedExpression(outs)
+    if all(type(o) is tuple for o in outs):
+        return tuple(_one_or_batch(z) for z in zip(*outs))
+    return outs
+
+
+def per_element(f):
+    """f, run once per batch element when an operand (or an item of a list operand) is a
+    BatchedExpression, which f's operand conversion reports by raising BatchedOperand."""
+    @functools.wraps(f)
+    def g(*args, **kw):
+        try:
+            return f(*args, **kw)
+        except BatchedOperand:
+            if not any(map(_is_batched, args)) and not any(map(_is_batched, kw.values())):
+                raise               # a batch inside f's own work: the op that met it is unwrapped
+            return _per_element(f, args, kw)
+    g._per_element = True
+    return g
+
+
+# --- DyNet's minibatch functions -------------------------------------------------------------------
+def _ints(name, vs) -> list:
+    if isinstance(vs, (numbers.Integral, np.integer)):
+        return [int(vs)]
+    try:
+        out = [int(v) for v in vs]
+    except (TypeError, ValueError):
+        raise GraphError(f"{name}: expected a list of ints, got {vs!r} [at {user_line()}]") from None
+    if not out:
+        raise GraphError(f"{name}: an empty list of indices (a batch needs one element at least) "
+                         f"[at {user_line()}]")
+    return out
+
+
+def _elements(x) -> list:
+    return list(x.xs) if type(x) is BatchedExpression else [x]
+
+
+def _per_index(name, f, x, vs, *rest):
+    """f(element k of x, vs[k], *rest) for each k; an unbatched x serves every index."""
+    vs = _ints(name, vs)
+    xs = _elements(x)
+    if len(xs) > 1 and len(xs) != len(vs):
+        raise GraphError(f"{name}: {len(vs)} indices for a batch of {len(xs)} elements [at {user_line()}]")
+    return _one_or_batch(f(xs[k if len(xs) > 1 else 0], v, *rest) for k, v in enumerate(vs))
+
+
+def lookup_batch(p, indices, update: bool = True):
+    """Rows ``indices`` of the lookup table p, one per batch element: dim ((d,), len(indices))."""
+    from .api import lookup
+    return _one_or_batch(lookup(p, i, update) for i in _ints("lookup_batch", indices))
+
+
+def pick_batch(x, indices, dim: int = 0):
+    """pick(element k, indices[k], dim) for each batch element (an unbatched x: for each index)."""
+    from .api import pick
+    return _per_index("pick_batch", pick, x, indices, dim)
+
+
+def pickneglogsoftmax_batch(x, vs):
+    """pickneglogsoftmax(element k, vs[k]) for each batch element: dim ((1,), B)."""
+    from .api import pickneglogsoftmax
+    return _per_index("pickneglogsoftmax_batch", pickneglogsoftmax, x, vs)
+
+
+def hinge_batch(x, vs, m: float = 1.0):
+    """hinge(element k, vs[k], m) for each batch element."""
+    from .api import hinge
+    return _per_index("hinge_batch", hinge, x, vs, m)
+
+
+def pick_batch_elem(x, v: int):
+    """Batch element v of x, an ordinary expression."""
+    xs = _elements(x)
+    v = int(v)
+    if not 0 <= v < len(xs):
+        raise GraphIndexError(f"pick_batch_elem: element {v} of a batch of {len(xs)} [at {user_line()}]")
+    return xs[v]
+
+
+def pick_batch_elems(x, vs):
+    """The batch of elements vs of x."""
+    return _one_or_batch(pick_batch_elem(x, v) for v in _ints("pick_batch_elems", vs))
+
+
+def concatenate_to_batch(xs):
+    """The elements of every expression of xs, in turn, as one batch (equal shapes)."""
+    els = [e for x in xs for e in _elements(x)]
+    if not els:
+        raise GraphError(f"concatenate_to_batch: needs at least one expression [at {user_line()}]")
+    shapes = {e.dim()[0] for e in els}
+    if len(shapes) > 1:
+        raise GraphError(f"concatenate_to_batch: elements of shapes {sorted(shapes)}; a batch has one shape "
+                         f"[at {user_line()}]")
+    return _one_or_batch(els)
+
+
+def sum_batches(x):
+    """The sum of x's batch elements (x itself if it has one)."""
+    from .api import esum
+    xs = _elements(x)
+    return xs[0] if len(xs) == 1 else esum(xs)
+
+
+def mean_batches(x):
+    """The mean of x's batch elements."""
+    from .api import average
+    xs = _elements(x)
+    return xs[0] if len(xs) == 1 else average(xs)
+
+
+def moment_batches(x, r: int):
+    """The mean over batch elements of x**r (elementwise): DyNet's r-th moment."""
+    from .api import average
+    return average([e ** r for e in _elements(x)])
+
+
+def std_batches(x):
+    """The standard deviation over batch elements (elementwise; the mean of squares, as DyNet's)."""
+    from .api import average, sqrt, square
+    xs = _elements(x)
+    m = average(xs)
+    return sqrt(average([square(e - m) for e in xs]))
+
+
+def dropout_batch(x, p: float):
+    """Each batch element dropped whole with probability p (else scaled by 1/(1-p))."""
+    from .api_random import block_dropout
+    return _one_or_batch(block_dropout(e, p) for e in _elements(x))
+
+
+def input_batch(arr):
+    """inputTensor(arr, batched=True): the last axis of arr is the batch (a list of arrays:
+    one per element); a vector gives a batch of (1,) scalars."""
+    from .api import inputTensor
+    if type(arr) is list and arr and all(isinstance(a, np.ndarray) for a in arr):
+        return _one_or_batch(inputTensor(a) for a in arr)
+    a = np.asarray(arr)
+    if a.ndim == 0:
+        return inputTensor(a)
+    return _one_or_batch(inputTensor(a[..., k]) for k in range(a.shape[-1]))
+
+
+def reshape_batch(x, d, batch_size: int):
+    """reshape with DyNet's batch_size: each element reshaped (equal batch sizes, or the shape of
+    one element), the elements joined into one (batch_size 1; their values in turn, as DyNet's memory holds them), or one
+    expression cut into batch_size elements."""
+    from .api import concatenate, pickrange, reshape
+    d = (int(d),) if isinstance(d, numbers.Integral) else tuple(int(k) for k in d)
+    xs = _elements(x)
+    B, n = len(xs), int(np.prod(xs[0].dim()[0]))
+    m = int(np.prod(d))
+    if batch_size == B or batch_size == 1 and m == n:
+        # (the second: an element's size, where DyNet refuses: each element, as per instance)
+        return _one_or_batch(reshape(e, d) for e in xs)
+    if batch_size == 1 and B * n == m:
+        return reshape(concatenate([reshape(e, (n,)) for e in xs]), d)
+    if B == 1 and batch_size >= 1 and n == m * batch_size:
+        flat = reshape(x, (n,))
+        return _one_or_batch(reshape(pickrange(flat, k * m, (k + 1) * m), d) for k in range(batch_size))
+    raise GraphError(f"reshape: {B} element(s) of shape {xs[0].dim()[0]} cannot become {batch_size} of shape "
+                     f"{d} [at {user_line()}]")
+
+
+def repeat(name: str, batch_size, make):
+    """make() once per batch element (random tensors, zeroes: independent draws)."""
+    if batch_size == 1:
+        return make()
+    if not isinstance(batch_size, (numbers.Integral, np.integer)) or batch_size < 1:
+        raise GraphError(f"{name}: batch_size must be an int >= 1, got {batch_size!r} [at {user_line()}]")
+    return _one_or_batch(make() for _ in range(int(batch_size)))
+
+
+BATCH_FUNCTIONS = ["lookup_batch", "pick_batch", "pick_batch_elem", "pick_batch_elems",
+                   "pickneglogsoftmax_batch", "hinge_batch", "concatenate_to_batch", "sum_batches",
+                   "mean_batches", "moment_batches", "std_batches", "dropout_batch"]
+
+
+def _fallback_of(f):
+    """The namespace of an inline fast path (fastpath.py), whose ``_slow`` it falls back to."""
+    ns = getattr(f, "__globals__", None)
+    return ns if getattr(f, "__wrapped__", None) is not None and ns is not None and "_slow" in ns else None
+
+
+def _swap(f, swapped):
+    """f's replacement, wrapping fast-path fallbacks on the way (None: keep f)."""
+    ns = _fallback_of(f)
+    if ns is not None:
+        if not getattr(ns["_slow"], "_per_element", False):
+            ns["_slow"] = per_element(ns["_slow"])
+        return None
+    return swapped.get(f)
+
+
+def install(modules, skip, classes) -> None:
+    """Make the public op functions of ``modules`` and the operators of ``classes`` run per
+    element on batched operands. Inline fast paths get it in their fallback only, so
+    unbatched programs pay nothing there; the other functions get the wrapper (a type test
+    per operand). Every reference to a replaced function in the package's modules is rebound,
+    so internal callers (the builders) see the same functions as users."""
+    swapped = {}
+    for m in modules:
+        for name, f in list(vars(m).items()):
+            if name.startswith("_") and name not in ("_add", "_sub", "_mul", "_div", "_getitem"):
+                continue
+            if not callable(f) or isinstance(f, type) or name in skip or getattr(f, "__module__", None) != m.__name__:
+                continue
+            if _fallback_of(f) is None and not getattr(f, "_per_element", False):
+                swapped[f] = per_element(f)
+    targets = [vars(mod) for k, mod in list(sys.modules.items()) if k == "autobatch" or k.startswith("autobatch.")]
+    for ns in targets:
+        for k, v in list(ns.items()):
+            if callable(v) and not isinstance(v, type) and getattr(v, "__hash__", None) is not None:
+                w = _swap(v, swapped)
+                if w is not None:
+                    ns[k] = w
+    for cls in classes:
+        for k, v in list(vars(cls).items()):
+            if callable(v) and not isinstance(v, type):
+                w = _swap(v, swapped)
+                if w is not None:
+                    setattr(cls, k, w)
+    # a batch's operators are the Expression's, which now map over elements
+    for k in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+              "__rtruediv__", "__getitem__", "__pow__"):
+        setattr(BatchedExpression, k, getattr(Expression, k))
+    BatchedExpression.__neg__ = lambda self: BatchedExpression([-x for x in self.xs])
