@@ -96,15 +96,36 @@ def inputTensor(arr, batched: bool = False, device: str = "", reusable_expr: boo
     each an input of its own (see minibatch.py). reusable_expr: accepted for DyNet (every input here can be ``set``); device: ignored."""
     if batched or (type(arr) is list and arr and all(isinstance(a, np.ndarray) for a in arr)):
         return minibatch.input_batch(arr)       # DyNet's minibatch: an input per element
-    a = np.asarray(arr, dtype=_S.dtype)
+    a = _numbers("inputTensor", arr)
     if a.ndim == 0:
         a = a.reshape(1)
     return _graph().add(OPS["input"], (), tuple(a.shape), a)
 
 
+def _seq(name: str, xs) -> list:
+    """xs as a list of operands: one Expression or Parameter (iterable by its rows) is refused,
+    as DyNet does, rather than taken for its rows."""
+    if isinstance(xs, (Expression, Parameter, minibatch.BatchedExpression)) or not hasattr(xs, "__iter__"):
+        raise GraphError(f"{name}: expects a list of expressions, got {type(xs).__name__} [at {user_line()}]")
+    return list(xs)
+
+
+def _numbers(name: str, v):
+    """v as an array of the graph's dtype; None, strings and ragged lists are refused (NumPy
+    would make None a NaN, silently)."""
+    try:
+        a = np.asarray(v)
+    except ValueError:
+        raise GraphError(f"{name}: values of ragged shape [at {user_line()}]") from None
+    if a.dtype.kind not in "biuf":
+        raise GraphError(f"{name}: expected numbers, got {a.dtype if a.dtype.kind != 'O' else 'None or objects'} "
+                         f"[at {user_line()}]")
+    return a.astype(_S.dtype, copy=False)
+
+
 def inputVector(v, device: str = "") -> Expression:
     """A constant vector of shape (len(v),)."""
-    a = np.asarray(v, dtype=_S.dtype).reshape(-1)
+    a = _numbers("inputVector", v).reshape(-1)
     return _graph().add(OPS["input"], (), (a.shape[0],), a)
 
 
@@ -117,12 +138,19 @@ def vecInput(dim: int, device: str = "") -> Expression:
 
 def inputMatrix(v, d) -> Expression:
     """DyNet's inputMatrix: values in column-major order into shape d."""
-    return inputTensor(np.asarray(v, dtype=_S.dtype).reshape(tuple(d), order="F"))
+    a = _numbers("inputMatrix", v).reshape(-1)
+    d = _dim(d)
+    if a.size != int(np.prod(d)):
+        raise GraphError(f"inputMatrix: {a.size} values for shape {d} [at {user_line()}]")
+    return inputTensor(a.reshape(d, order="F"))
 
 
 def scalarInput(x: float, device: str = "") -> Expression:
     """A constant of shape (1,)."""
-    return _graph().add(OPS["input"], (), (1,), np.full(1, x, dtype=_S.dtype))
+    a = _numbers("scalarInput", x)
+    if a.size != 1:
+        raise GraphError(f"scalarInput: needs one number, got shape {a.shape} [at {user_line()}]")
+    return _graph().add(OPS["input"], (), (1,), a.reshape(1))
 
 
 def _dim(d) -> tuple:
@@ -363,7 +391,7 @@ def esum(xs: Sequence) -> Expression:
     """Sum of same-shape expressions."""
     if type(xs) is list and len(xs) == 2:
         return _add2(xs[0], xs[1])
-    xs = list(xs)
+    xs = _seq("esum", xs)
     g = _S.graph
     ids = [x.i for x in xs if type(x) is Expression and x.cg is g]
     if len(ids) == len(xs) > 1:                         # the common case: no conversions
@@ -408,7 +436,7 @@ _add2 = fastpath.binary(_ADD, _add2_slow)
 
 def average(xs: Sequence) -> Expression:
     """Mean of same-shape expressions."""
-    return _opl(OPS["average"], list(xs))
+    return _opl(OPS["average"], _seq("average", xs))
 
 
 def emax(xs: Sequence) -> Expression:
@@ -587,7 +615,7 @@ def concatenate(xs: Sequence, d: int = 0) -> Expression:
     if type(xs) is list and len(xs) == 2 and d == 0 and type(d) is int:   # [h_left, h_right]
         return _concat2(xs[0], xs[1])
     g = _S.graph
-    xs = list(xs)
+    xs = _seq("concatenate", xs)
     ids = [x.i for x in xs if type(x) is Expression and x.cg is g]
     if len(ids) == len(xs) > 0 and type(d) is int:       # the common case: no conversions
         ids = _joinable(g, ids, d)
@@ -623,7 +651,9 @@ if type(xs) is list and len(xs) == 2 and d == 0 and type(d) is int:
 def concatenate_cols(xs: Sequence) -> Expression:
     """k vectors of shape (n,) become the columns of an (n, k) matrix; as in DyNet, columns
     (n, 1) and matrices (n, m) join too (their columns in order)."""
-    xs = list(xs)
+    xs = _seq("concatenate_cols", xs)
+    if not xs:
+        raise GraphError(f"concatenate_cols: needs at least one expression, got an empty list [at {user_line()}]")
     g = _graph()
     ids = [_id(x, g, OPS["concatenate_cols"]) for x in xs]
     if all(len(g.shapes[i]) == 1 for i in ids):

@@ -84,7 +84,10 @@ Expression.set = _set
 def _input_values(g, i, values):
     shape, size = g.shapes[i], g.sizes[i]
     try:
-        a = np.array(values, dtype=g.dtype)      # a copy: later changes to values do not leak in
+        a = np.array(values)                      # a copy: later changes to values do not leak in
+        if a.dtype.kind not in "biuf":            # None would become NaN
+            raise TypeError
+        a = a.astype(g.dtype, copy=False)
     except (TypeError, ValueError):
         raise GraphError(f"set: values for an input of shape {shape} must be numbers, got "
                          f"{type(values).__name__} [at {user_line()}]") from None

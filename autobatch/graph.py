@@ -50,6 +50,11 @@ def _rule(op, ins, attr):
             out = _SHAPES.setdefault(out, out)
         except ShapeError as e:
             raise GraphError(f"{e} [op {op.name}, input shapes {list(ins)}, at {user_line()}]") from None
+        if not all(d >= 1 for d in out):
+            # checked here, once per pattern: a node of no elements (or a negative dimension)
+            # would fail only at the forward, and every forward of its graph after it
+            raise GraphError(f"{op.name}: an output of shape {out} (every dimension must be >= 1) "
+                             f"[op {op.name}, input shapes {list(ins)}, at {user_line()}]")
         size = SIZE_OF[out] = prod(out)
         # the arity is part of every signature: elementwise sigs ignore shapes, and an
         # add of 2 inputs must not batch with an esum of 3 (kernels stack input j of all nodes);
@@ -501,6 +506,9 @@ class ComputationGraph:
         key = (id(p), update)
         n = self.pnode.get(key)
         if n is None:
+            if not hasattr(p, "is_lookup") or not hasattr(p, "data"):     # before any column grows
+                raise GraphError(f"parameter: needs a Parameter or LookupParameter, got {type(p).__name__} "
+                                 f"[at {user_line()}]")
             n = len(self.sigs)
             self.pnode[key] = n
             self.ext[n] = p

@@ -274,3 +274,38 @@ def test_renew_cg_recovers_after_every_kind_of_error(m):
             bad()
         dy.renew_cg()
         _works(m)
+
+
+# Found by a sweep of misuse: each was accepted (or half-registered) at build and then failed
+# at every later forward of its graph, or turned None into NaN, or took an Expression's rows
+# for a list. Each is refused at the call, by name, and the same graph still trains.
+_POISON = {
+    "negative reshape": (lambda M, x: dy.reshape(M, (-2, -3)), ("reshape", "(-2, -3)")),
+    "negative zeros": (lambda M, x: dy.zeros((-2, 3)), ("constant", "(-2, 3)")),
+    "negative constant": (lambda M, x: dy.constant((-2,), 1.0), ("constant", "(-2,)")),
+    "empty vector": (lambda M, x: dy.inputVector([]), ("input", "(0,)")),
+    "empty tensor": (lambda M, x: dy.inputTensor(np.zeros((0, 3))), ("input", "(0, 3)")),
+    "parameter of an expression": (lambda M, x: dy.parameter(x), ("parameter", "Expression")),
+    "const_parameter of a string": (lambda M, x: dy.const_parameter("W"), ("parameter", "str")),
+    "None input": (lambda M, x: dy.inputVector([None, 1.0]), ("inputVector", "None")),
+    "None scalar": (lambda M, x: dy.scalarInput(None), ("scalarInput", "None")),
+    "string tensor": (lambda M, x: dy.inputTensor("abc"), ("inputTensor", "expected numbers")),
+    "ragged tensor": (lambda M, x: dy.inputTensor([[1, 2], [3]]), ("inputTensor", "ragged")),
+    "matrix of too few values": (lambda M, x: dy.inputMatrix([1, 2, 3], (2, 2)), ("inputMatrix", "(2, 2)")),
+    "set to None": (lambda M, x: x.set([None] * 4), ("set", "numbers")),
+    "concatenate of one matrix": (lambda M, x: dy.concatenate(M), ("concatenate", "list")),
+    "esum of one matrix": (lambda M, x: dy.esum(M), ("esum", "list")),
+    "concatenate_cols of a vector": (lambda M, x: dy.concatenate_cols(x), ("concatenate_cols", "list")),
+    "concatenate_cols of nothing": (lambda M, x: dy.concatenate_cols([]), ("concatenate_cols", "empty")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_POISON))
+def test_bad_inputs_are_refused_at_the_call_and_the_graph_still_works(m, case):
+    make, parts = _POISON[case]
+    dy.renew_cg()
+    M, x = dy.inputTensor(np.ones((2, 3))), dy.vecInput(4)
+    snap = _snapshot(m)
+    _expect(GraphError, lambda: make(M, x), *parts, src=make)
+    _unchanged(m, snap)
+    _works(m)
