@@ -226,3 +226,59 @@ def test_an_input_that_f_never_reads_is_warned_of_once():
         warnings.simplefilter("error")
         F([dy.InputGraph.chain(3)], x=X, lable=[0, 1, 2])     # once per name
         F([dy.InputGraph.chain(3)], x=X)
+
+
+def test_ids_are_checked_only_where_f_reads_them():
+    """Internal vertices padded with -1 for a word only leaves read were refused."""
+    pc = dy.ParameterCollection()
+    E = pc.add_lookup_parameters((5, 3), init=np.arange(15.0).reshape(5, 3))
+
+    @dy.vertex_function(max_children=2)
+    def F(v):
+        h = E[v.pull("w")] if v.is_leaf else v.gather(0) + v.gather(1)
+        v.scatter(h)
+        v.push("h", h)
+    g = [dy.InputGraph([[], [], [0, 1]])]
+    dy.renew_cg()
+    np.testing.assert_array_equal(F(g, w=[[1, 2, -1]])["h"].npvalue(), [[3, 4, 5], [6, 7, 8], [9, 11, 13]])
+    with pytest.raises(dy.GraphError, match="w=7 out of range"):
+        F(g, w=[[1, 7, -1]])
+
+
+def test_a_failed_call_leaves_no_scatter_shapes_behind():
+    pc = dy.ParameterCollection()
+    W = pc.add_parameters((3, 6))
+
+    @dy.vertex_function(max_children=2)
+    def F(v):
+        x = v.pull("x")
+        h = x if v.is_leaf else dy.tanh(W * dy.concatenate([v.gather(0), v.gather(1)]))
+        v.scatter(h)
+        v.push("h", h)
+    g = [dy.InputGraph([[], [], [0, 1]])]
+    dy.renew_cg()
+    with pytest.raises(dy.GraphError):
+        F(g, x=np.ones((3, 4)))                        # wrong width: the internal trace fails
+    dy.renew_cg()
+    assert F(g, x=np.ones((3, 3)))["h"].npvalue().shape == (3, 3)
+
+
+def test_small_conveniences():
+    @dy.vertex_function                                # bare: max_children=2
+    def F(v):
+        h = v.pull("x") * 1.0
+        for k in np.arange(v.n_children):              # NumPy ints as child numbers
+            h = h + v.gather(k)
+        v.scatter(h)
+        v.push("y", h)
+    dy.renew_cg()
+    out = F([dy.InputGraph([[], [], [0, 1]])], x=[[1.0, 2.0, 3.0]])
+    assert F.max_children == 2 and out["y"].npvalue().reshape(-1).tolist() == [1.0, 2.0, 6.0]
+    assert list(out) == ["y"] and len(out) == 1 and [k for k, _ in out.items()] == ["y"]
+    for bad in (0, -2):
+        with pytest.raises(dy.GraphError, match="chain: needs n >= 1"):
+            dy.InputGraph.chain(bad)
+    with pytest.raises(dy.GraphError, match=r"graphs' values of different shapes \(\(4,\), \(5,\)\)"):
+        F([dy.InputGraph.chain(3), dy.InputGraph.chain(2)], x=[np.ones((3, 4)), np.ones((2, 5))])
+    with pytest.raises(dy.GraphError, match="values of different shapes"):
+        F([dy.InputGraph.chain(3), dy.InputGraph.chain(2)], x=[[np.ones(3), np.ones(3), np.ones(2)], np.ones((2, 3))])

@@ -102,10 +102,19 @@ def _pull_source(fname, name, src, sizes, N, g):
             return PullSource("expr", shape, exprs=exprs)
         arr = None
         if len(src) == len(sizes):            # one array-like per graph
-            arrs = [np.asarray(a) for a in src]
+            try:
+                arrs = [np.asarray(a) for a in src]
+            except ValueError:
+                raise GraphError(f"{where}: values of different shapes; every vertex needs the same shape "
+                                 f"[at {user_line()}]") from None
             bad = [(gi, a, n) for gi, (a, n) in enumerate(zip(arrs, sizes)) if a.ndim == 0 or a.shape[0] != n]
             if not bad:
-                arr = np.concatenate(arrs)
+                try:
+                    arr = np.concatenate(arrs)
+                except ValueError:
+                    raise GraphError(f"{where}: graphs' values of different shapes "
+                                     f"({', '.join(str(a.shape[1:]) for a in arrs)}); every vertex needs the same "
+                                     f"shape [at {user_line()}]") from None
             elif len(src) != N:               # one vertex per graph: src is one value per vertex
                 gi, a, n = bad[0]
                 raise GraphError(f"{where}: graph {gi} has {n} vertices but {a.shape[0] if a.ndim else 1} values "
@@ -196,6 +205,15 @@ class VertexOutputs:
 
     def keys(self):
         return self._pushes.keys()
+
+    def __iter__(self):
+        return iter(self._pushes)
+
+    def __len__(self):
+        return len(self._pushes)
+
+    def items(self):
+        return [(name, self[name]) for name in self._pushes]
 
     def graph(self, name, i: int) -> Expression:
         """The rows of graph i: shape (n_i, *pushed shape)."""
@@ -351,11 +369,21 @@ class VertexFunction:
                 raise GraphError(f"{self.name}: kind= takes ints >= 0, got {int(ukind.min())} "
                                  f"[at {user_line()}]")
         self._check_params()
-        traces, kind_of = self._kinds(arity, ukind, specs, psig)
-        for t in traces:
+        shapes_before = self.scatter_shapes
+        try:
+            traces, kind_of = self._kinds(arity, ukind, specs, psig)
+        except Exception:
+            # a call that fails (bad data met while tracing) leaves no scatter shapes behind:
+            # they would refuse the next, correct call
+            self.scatter_shapes = shapes_before
+            raise
+        for ti, t in enumerate(traces):
             for name, bound in t.bounds.items():
                 ids = pulls[name].ids
-                if bound is not None and ids.size and (ids.min() < 0 or ids.max() >= bound):
+                if bound is None or not ids.size:
+                    continue
+                ids = ids[kind_of == ti] if len(traces) > 1 else ids    # only where this kind reads it
+                if ids.size and (ids.min() < 0 or ids.max() >= bound):
                     bad = int(ids[(ids < 0) | (ids >= bound)][0])
                     raise GraphError(f"{self.name}: {name}={bad} out of range: F uses {name} as an index "
                                      f"below {bound} [at {user_line()}]")
@@ -498,6 +526,9 @@ def vertex_function(max_children: int = 2, scatter_dims=None):
         vf = VertexFunction(f, max_children, scatter_dims)
         vf.__doc__ = f.__doc__
         return vf
+    if callable(max_children) and not isinstance(max_children, numbers.Integral):
+        f, max_children = max_children, 2      # bare @dy.vertex_function: the default arity
+        return wrap(f)
     return wrap
 
 

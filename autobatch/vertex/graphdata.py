@@ -6,6 +6,7 @@ done, so its level (frontier index) is 0 for a vertex without children and other
 when the graph is built, so that a call only concatenates them."""
 from __future__ import annotations
 
+import numbers
 from itertools import chain
 
 import numpy as np
@@ -105,6 +106,8 @@ class InputGraph:
     @classmethod
     def chain(cls, n: int):
         """A sequence of n vertices; vertex t's one child is t-1 (an RNN over n steps)."""
+        if not isinstance(n, numbers.Integral) or n < 1:
+            raise GraphError(f"InputGraph.chain: needs n >= 1 vertices, got {n!r}")
         return cls([[]] + [[t - 1] for t in range(1, n)])
 
     def __len__(self):

@@ -13,6 +13,8 @@ A Trace then sorts its instructions into three phases (Cavs' lazy batching, §3.
 """
 from __future__ import annotations
 
+import numbers
+
 from ..errors import GraphError, user_line
 from ..graph import Expression, ThroughAdd, _rule, expression
 from .. import runtime
@@ -171,6 +173,8 @@ class Vertex:
         """What child k scattered (zeros where the vertex has no child k): a tuple when
         scatter got several values, else the one value."""
         fn = self._fn
+        if isinstance(k, numbers.Integral) and not isinstance(k, bool):
+            k = int(k)
         if not isinstance(k, int) or not 0 <= k < fn.max_children:
             raise GraphError(f"vertex function {fn.name}: gather({k!r}) out of range for "
                              f"max_children={fn.max_children} [at {user_line()}]")
