@@ -452,11 +452,6 @@ class Executor:
         memory.give(self.gbuf)
         self.gbuf = None
         gbuf = memory.take(xp, self.dtype, self.top)
-        gbuf[:self.top] = 0
-        if i not in g.ext:
-            gbuf[self.offs[i]] = 1
-        elif g.needs[i]:            # backward from a parameter itself (DyNet: its gradient gets 1)
-            self._add_shared(gbuf, i, xp.ones(1, dtype=self.dtype))
         needs = g.needs
         if full:
             # DyNet's backward(full=True): gradients reach every node (inputs too, for
@@ -464,14 +459,52 @@ class Executor:
             needs = [True] * len(needs)
             for n in g.ext:
                 needs[n] = g.needs[n]
-        nb = 0
+        nb = self._sweep(gbuf, i, needs, full, None)
+        if not self._collect():
+            # Rows of nodes the loss does not depend on carry a zero gradient, but a non-finite
+            # value there (an unused log-probability of -inf) makes 0·inf = NaN in the batch's
+            # parameter gradients. Found only then (a sum per parameter), the backward runs
+            # again without those rows, as DyNet's, which visits only the loss's ancestors.
+            nb = self._sweep(gbuf, i, needs, full, self._reach(i))
+            self._collect()
+        for p, (dense, rows) in self._pending.items():
+            self._apply(p, dense, rows)
+        self._pending = {}
+        self.gbuf, self.gtop = gbuf, self.top    # kept until the graph changes or is renewed
+        t1 = time.perf_counter()
+        st.backward_batches += nb
+        st.backward_s += t1 - t0
+        st.engine_s += t1 - t0
+        st.backward_calls += 1
+        g._t_mark = t1
+
+    def _sweep(self, gbuf, i, needs, full, reach):
+        """The batches' backward in reverse into gbuf; parameters' gradients are left in
+        self._pending. reach: None, or which nodes the loss depends on (a mixed batch then
+        runs node by node over those alone). Returns the number of batches run."""
+        g, xp = self.g, self.xp
+        gbuf[:self.top] = 0
         self._products = {}
+        self._pending = {}
+        if i not in g.ext:
+            gbuf[self.offs[i]] = 1
+        elif g.needs[i]:            # backward from a parameter itself (DyNet: its gradient gets 1)
+            self._add_shared(gbuf, i, xp.ones(1, dtype=self.dtype))
+        nb = 0
         # a batch whose nodes all follow the loss does not reach it; with the loss the last
         # computed node (the usual case) no batch needs that test
         early = i < self.done - 1
         for b in reversed(self.batches):
             if not (b.need or full and b.y is not None and b.op.differentiable) or early and min(b.ids) > i:
                 continue
+            if reach is not None:
+                n = sum(map(reach.__getitem__, b.ids))
+                if n == 0:
+                    continue
+                if n < len(b.ids) and not b.wide and b.y.shape[0] == len(b.ids):
+                    nb += 1
+                    self._rows_backward(gbuf, b, needs, reach)
+                    continue
             nb += 1
             gy = gbuf[b.out:b.out + b.n].reshape(b.y.shape)
             if b.wide:
@@ -495,13 +528,64 @@ class Executor:
                     continue
                 self._scatter(gbuf, info, gr)
         self._merge_products(gbuf)
-        self.gbuf, self.gtop = gbuf, self.top    # kept until the graph changes or is renewed
-        t1 = time.perf_counter()
-        st.backward_batches += nb
-        st.backward_s += t1 - t0
-        st.engine_s += t1 - t0
-        st.backward_calls += 1
-        g._t_mark = t1
+        return nb
+
+    def _rows_backward(self, gbuf, b, needs, reach):
+        """A batch's backward one node at a time, over the nodes the loss depends on (the
+        careful sweep of _backward): the rows of the others never meet a zero gradient."""
+        g, xp = self.g, self.xp
+        gy_all = gbuf[b.out:b.out + b.n].reshape(b.y.shape)
+        shared = b.op.shared_of(len(g.args[b.ids[0]]))
+        for k, node in enumerate(b.ids):
+            if not reach[node]:
+                continue
+            xs = [x if j in shared else x[k:k + 1] for j, x in enumerate(b.xs)]
+            data = None if b.data is None else [b.data[k]]
+            grads = b.op.backward(xp, xs, b.y[k:k + 1], gy_all[k:k + 1], b.attr, data)
+            for j, gr in enumerate(grads):
+                if gr is None:
+                    continue
+                a = g.args[node][j]
+                if not needs[a]:
+                    continue
+                if j in shared:
+                    self._add_shared(gbuf, a, gr)
+                else:
+                    self._scatter(gbuf, ("ext", [a], None), gr)
+
+    def _reach(self, i) -> bytearray:
+        """Which nodes loss i depends on (itself included)."""
+        args = self.g.args
+        reach = bytearray(len(args))
+        reach[i] = 1
+        for n in range(i, -1, -1):
+            if reach[n]:
+                for a in args[n]:
+                    reach[a] = 1
+        return reach
+
+    def _collect(self) -> bool:
+        """Each parameter's gradients of this backward as (one dense sum or None, RowGrads), in
+        place of its list; True if all are finite (one sum per parameter: a NaN or inf anywhere
+        makes it non-finite, and one device read answers for all on CuPy)."""
+        total = 0.0
+        for p, grs in self._pending.items():
+            shape = p.grad.shape
+            dense, rows = None, []
+            for gr in grs:
+                if isinstance(gr, RowGrad):
+                    rows.append(gr)
+                    total = total + gr.vals.sum()
+                elif dense is None:
+                    dense = gr.reshape(shape)
+                elif dense.base is None and dense is not gr:
+                    dense += gr.reshape(shape)           # a sum this method made: add in place
+                else:
+                    dense = dense + gr.reshape(shape)
+            if dense is not None:
+                total = total + dense.sum()
+            self._pending[p] = (dense, rows)
+        return bool(self.xp.isfinite(total))
 
     def _wide_grad(self, b, gy):
         """The gradients of a batch of wide nodes in gather order: node-major, (B·n, size)."""
@@ -540,15 +624,7 @@ class Executor:
                 return
             gr = gr.dense()
         if p is not None:
-            if isinstance(gr, RowGrad):
-                self.be.add_rows(p.grad, gr.rows, gr.vals)
-                if hasattr(p, "rows_used"):
-                    p.rows_used.append(gr.rows)
-            else:
-                p.grad += gr.reshape(p.grad.shape)
-                if p.is_lookup:
-                    p.all_updated = True    # dense gradient: sparse updates must touch every row
-            p.touched = True
+            self._pending.setdefault(p, []).append(gr)    # checked, then applied (_apply)
             return
         o = self.offs[a]
         size = self.g.sizes[a]
@@ -557,6 +633,18 @@ class Executor:
             self.be.add_rows(table, gr.rows, gr.vals)
         else:
             gbuf[o:o + size] += gr.reshape(-1)
+
+    def _apply(self, p, dense, rows):
+        """Add one backward's gradients of parameter p (see _collect) to p.grad."""
+        for gr in rows:
+            self.be.add_rows(p.grad, gr.rows, gr.vals)
+            if hasattr(p, "rows_used"):
+                p.rows_used.append(gr.rows)
+        if dense is not None:
+            p.grad += dense
+            if p.is_lookup:
+                p.all_updated = True        # dense gradient: sparse updates must touch every row
+        p.touched = True
 
     def _rows(self, buf, o0, B, size, step):
         """(B, size) view of B blocks of `size` elements, `step` elements apart from o0."""
@@ -596,10 +684,7 @@ class Executor:
                 p = g.ext.get(a)
                 if p is not None:
                     if g.needs[a]:
-                        p.grad += piece.reshape(p.grad.shape)
-                        if p.is_lookup:
-                            p.all_updated = True
-                        p.touched = True
+                        self._pending.setdefault(p, []).append(piece)
                 else:
                     o = self.offs[a]
                     gbuf[o:o + s] += piece

@@ -309,3 +309,29 @@ def test_bad_inputs_are_refused_at_the_call_and_the_graph_still_works(m, case):
     _expect(GraphError, lambda: make(M, x), *parts, src=make)
     _unchanged(m, snap)
     _works(m)
+
+
+@pytest.mark.parametrize("strategy", ["none", "depth", "agenda"])
+def test_non_finite_values_the_loss_does_not_use_leave_its_gradients_finite(m, strategy):
+    """An unused node with NaN or -inf (a pruned candidate's log-probability) shares batches with
+    the loss's nodes; its rows' zero gradient times its non-finite values made the loss's
+    parameter gradients NaN. They equal those of the same graph without the unused nodes."""
+    W, b, E = m["W"], m["b"], m["E"]
+    grads = []
+    for with_unused in (True, False):
+        dy.renew_cg(strategy)
+        if with_unused:
+            W * dy.inputVector([float("nan"), 1.0, 2.0, 3.0])                      # never used
+            dy.log(dy.softmax(W * dy.inputVector([400.0, -400.0, 0.0, 1.0]) + b))   # -inf entries
+            dy.cmult(E[4], dy.inputVector([float("inf")] * 3))                     # a row only it reads
+        xs = [dy.inputVector([1.0, 2.0, 3.0, 4.0]), dy.inputVector([0.5, -1.0, 0.0, 2.0])]
+        loss = dy.esum([dy.pickneglogsoftmax(W * x + b + E[1], 0) for x in xs])
+        loss.backward()
+        grads.append([p.grad_as_array().copy() for p in (W, b, E)])
+        if with_unused and strategy == "agenda":
+            assert max(dy.stats()["signatures"][[k for k in dy.stats()["signatures"] if k.startswith("matmul")][0]]) > 1
+        for p in (W, b, E):
+            p.zero_grad()
+    for a, b_ in zip(*grads):
+        assert np.isfinite(a).all()
+        np.testing.assert_allclose(a, b_, rtol=1e-6)
