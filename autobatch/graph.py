@@ -718,6 +718,8 @@ def renew_cg(autobatching=None, immediate_compute: bool = False, check_validity:
     autobatching: None (the default strategy), "none"|"depth"|"agenda", a Strategy,
     DyNet's 0/1/2 or a bool."""
     rt = runtime.state()
+    if getattr(rt.graph, "is_trace", False):
+        rt.graph.refuse("renew_cg()")
     new = ComputationGraph(autobatching)   # first: a bad strategy must not kill the old graph
     if rt.graph is not None:
         rt.graph.alive = False

@@ -155,8 +155,10 @@ class Trainer:
             sums[p.xp] = s if p.xp not in sums else sums[p.xp] + s
         norm = abs(scale) * math.sqrt(sum(float(s) for s in sums.values()))
         if not math.isfinite(norm):
-            raise NonFiniteError(f"{type(self).__name__}.update: gradient norm is {norm}; "
-                                 "gradients are left as they are")
+            raise NonFiniteError(f"{type(self).__name__}.update: gradient norm is {norm}; parameters unchanged "
+                                 "and gradients left as they are, for p.grad_as_array(): the next backward "
+                                 "adds to them unless p.zero_grad() clears them (each of "
+                                 "pc.parameters_list() + pc.lookup_parameters_list())")
         if norm > self.clip_threshold:
             self.clips += 1
             self.clips_since_status += 1

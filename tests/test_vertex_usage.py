@@ -282,3 +282,65 @@ def test_small_conveniences():
         F([dy.InputGraph.chain(3), dy.InputGraph.chain(2)], x=[np.ones((3, 4)), np.ones((2, 5))])
     with pytest.raises(dy.GraphError, match="values of different shapes"):
         F([dy.InputGraph.chain(3), dy.InputGraph.chain(2)], x=[[np.ones(3), np.ones(3), np.ones(2)], np.ones((2, 3))])
+
+
+def test_a_name_pushed_by_kinds_absent_from_a_call_gives_zero_rows():
+    """'loss' is pushed at internal vertices; a minibatch of one-word sentences has none, and
+    out['loss'] was a KeyError there: zero rows, as leaves get beside internal vertices."""
+    pc = dy.ParameterCollection()
+    E = pc.add_lookup_parameters((5, 3))
+    Wo = pc.add_parameters((2, 3))
+
+    @dy.vertex_function(max_children=2)
+    def F(v):
+        if v.is_leaf:
+            h = E[v.pull("w")]
+        else:
+            h = dy.tanh(v.gather(0) + v.gather(1))
+            v.push("loss", dy.pickneglogsoftmax(Wo * h, v.pull("y")))
+        v.scatter(h)
+        v.push("h", h)
+    dy.renew_cg()
+    out = F([dy.InputGraph([[], [], [0, 1]])], w=[[1, 2, 0]], y=[[0, 0, 1]])
+    assert dy.sum_elems(out["loss"]).value() > 0
+    dy.renew_cg()
+    out = F([dy.InputGraph([[]]), dy.InputGraph([[]])], w=[[1], [2]], y=[[0], [0]])
+    assert out["loss"].npvalue().tolist() == [[0.0], [0.0]]
+    loss = dy.sum_elems(out["loss"]) + dy.sum_elems(out["h"])
+    loss.backward()
+    assert not Wo.grad_as_array().any() and E.grad_as_array()[[1, 2]].all()
+
+
+def test_misuse_inside_f_is_named():
+    @dy.vertex_function(max_children=1, scatter_dims=[(2,)])
+    def no_scatter(v):
+        x = v.pull("x")
+        if v.kind == 0:
+            v.push("y", x * 1.0)                       # forgot v.scatter: the parent gathered zeros
+        else:
+            h = x + v.gather(0)
+            v.scatter(h)
+            v.push("y", h)
+    dy.renew_cg()
+    with pytest.raises(dy.GraphError, match="vertex 0 of graph 0 has a parent, but F never calls v.scatter"):
+        no_scatter([dy.InputGraph.chain(3)], x=[[[1.0, 1], [2, 2], [3, 3]]], kind=[[0, 1, 1]])
+    assert no_scatter([dy.InputGraph.chain(1)], x=[[[1.0, 1]]], kind=[[0]])["y"].npvalue().tolist() == [[1, 1]]
+
+    def graph_call(f):
+        @dy.vertex_function(max_children=0)
+        def F(v):
+            f()
+            v.push("y", v.pull("x") * 1.0)
+        return F
+    for call, name in ((dy.renew_cg, "renew_cg"), (dy.cg_checkpoint, "cg_checkpoint"), (dy.cg_revert, "cg_revert")):
+        dy.renew_cg()
+        with pytest.raises(dy.GraphError, match=rf"{name}\(\) inside vertex function F"):
+            graph_call(call)([dy.InputGraph.chain(1)], x=[[1.0]])
+
+    @dy.vertex_function(max_children=0)
+    def ids_as_values(v):
+        v.push("y", v.pull("x") * 2.0)
+    dy.renew_cg()
+    with pytest.raises(dy.GraphError, match=r"v.pull\('x'\) is a per-vertex id"):
+        ids_as_values([dy.InputGraph.chain(1)], x=[[3]])
+    assert ids_as_values([dy.InputGraph.chain(1)], x=[[3.0]])["y"].value() == 6.0

@@ -303,7 +303,8 @@ class VertexFunction:
         finally:
             rt.graph = saved
         if v.gathered and v.scattered is None:
-            raise GraphError(f"vertex function {self.name}: gathers from children but never calls v.scatter(...)")
+            raise GraphError(f"vertex function {self.name}: gathers from children but never calls v.scatter(...) "
+                             f"[at {user_line()}]")
         shapes = [tg.shapes[s] for s in (v.scattered or ())]
         if v.scattered is not None:
             if self.scatter_shapes is None:
@@ -388,8 +389,24 @@ class VertexFunction:
                     raise GraphError(f"{self.name}: {name}={bad} out of range: F uses {name} as an index "
                                      f"below {bound} [at {user_line()}]")
         self._unread(inputs)
+        self._check_scatters(graphs, traces, kind_of)
         plan = Plan(graphs, kind_of, len(traces), self.max_children)
-        return self._node(g, traces, plan, pulls, N)
+        return self._node(g, traces, plan, pulls, N, psig)
+
+    def _check_scatters(self, graphs, traces, kind_of):
+        """A vertex with a parent must be of a kind that scatters: its parent would gather zeros."""
+        if all(t.scatter for t in traces):
+            return
+        base = 0
+        for gi, gr in enumerate(graphs):
+            kids = gr.child[gr.child >= 0]
+            for ti in {int(k) for k in kind_of[base + kids]}:
+                if not traces[ti].scatter:
+                    v = int(kids[kind_of[base + kids] == ti][0])
+                    raise GraphError(f"vertex function {self.name}: vertex {v} of graph {gi} has a parent, but F "
+                                     f"never calls v.scatter(...) at its kind of vertex ({gr.arity[v]} children), "
+                                     f"so its parent would gather zeros [at {user_line()}]")
+            base += gr.n
 
     def _unread(self, inputs):
         """Warn (once per name) of an input that no trace of F read: a misspelt name would
@@ -458,7 +475,7 @@ class VertexFunction:
                 raise GraphError(
                     f"vertex function {self.name}: gather({k}) is used before anything tells what vertices "
                     f"scatter; declare it (@vertex_function(..., scatter_dims=[...])) or branch on v.is_leaf "
-                    f"so that leaves are traced first")
+                    f"so that leaves are traced first [at {user_line()}]")
             pending = [i for i, _ in left]
         traces, kid = [], {}
         kind_of_pair = np.empty(len(pairs), dtype=np.int64)
@@ -470,7 +487,7 @@ class VertexFunction:
             kind_of_pair[i] = kid[id(t)]
         return traces, kind_of_pair[inv.reshape(-1)]
 
-    def _node(self, g, traces, plan, pulls, N):
+    def _node(self, g, traces, plan, pulls, N, psig):
         params, seen = [], set()
         for t in traces:
             for _, p, u in t.params:
@@ -485,6 +502,13 @@ class VertexFunction:
                 if shapes.setdefault(name, sh) != sh:
                     raise GraphError(f"vertex function {self.name}: push({name!r}) has shape {sh} for one kind "
                                      f"of vertex and {shapes[name]} for another [at {user_line()}]")
+        # names that kinds absent from this call push (their traces are kept from earlier calls):
+        # zero rows, as any vertex of a kind that does not push a name gets, not a KeyError that
+        # depends on which kinds a minibatch happens to hold
+        for (_, ps), t in self.traces.items():
+            if ps == psig:
+                for name, s in t.push.items():
+                    shapes.setdefault(name, t.shapes[s])
         if not shapes:
             raise GraphError(f"vertex function {self.name}: pushes nothing, so the call would have no output; "
                              f"use v.push(name, x) [at {user_line()}]")

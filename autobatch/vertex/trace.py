@@ -52,9 +52,30 @@ class VertexIndex:
     def __repr__(self):
         return f"VertexIndex({self.name!r})"
 
+    def _arith(self, *_):
+        raise GraphError(f"v.pull({self.name!r}) is a per-vertex id (the input was integers): use it as an "
+                         f"index (E[...], dy.lookup, dy.pick, dy.pickneglogsoftmax); pass floats for values "
+                         f"to compute with [at {user_line()}]")
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _arith
+    __neg__ = __lt__ = __le__ = __gt__ = __ge__ = __pow__ = _arith
+
 
 class TraceGraph(ThroughAdd):
     """Duck-types the parts of ComputationGraph that the API functions use."""
+
+    is_trace = True
+
+    def refuse(self, what):
+        """What only a computation graph does (renew it, checkpoint it, compute values)."""
+        raise GraphError(f"{what} inside vertex function {self.name}: F describes one vertex and is traced "
+                         f"once; call it outside F [at {user_line()}]")
+
+    def checkpoint(self):
+        self.refuse("cg_checkpoint()")
+
+    def revert(self):
+        self.refuse("cg_revert()")
 
     def __init__(self, name, dtype, xp):
         self.name = name
