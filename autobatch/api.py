@@ -4,6 +4,7 @@ added to the graph) and appends one node. Shapes: vectors are (n,), matrices (m,
 from __future__ import annotations
 
 import numbers
+import sys
 from typing import Sequence
 
 import numpy as np
@@ -153,8 +154,29 @@ def scalarInput(x: float, device: str = "") -> Expression:
     return _graph().add(OPS["input"], (), (1,), a.reshape(1))
 
 
+def unchanged(x):
+    """x as an op that does nothing returns it (an identity: dropout switched off)."""
+    if type(x) is Expression or type(x) is minibatch.BatchedExpression:
+        return x
+    if isinstance(x, Parameter):
+        return parameter(x)
+    _id(x, _graph())                    # the usual error for anything else
+    return x
+
+
 def _dim(d) -> tuple:
-    return (int(d),) if isinstance(d, numbers.Integral) else tuple(int(k) for k in d)
+    """A shape from an int or a sequence of whole numbers; anything else is refused with the
+    calling API function's name (a raw int() error named neither)."""
+    if isinstance(d, numbers.Integral):
+        return (int(d),)
+    try:
+        ks = None if isinstance(d, (str, bytes)) else list(d)
+    except TypeError:
+        ks = None
+    if ks is None or not all(isinstance(k, numbers.Real) and float(k).is_integer() for k in ks):
+        raise GraphError(f"{sys._getframe(1).f_code.co_name}: expected dimensions (an int or a sequence of "
+                         f"ints), got {d!r} [at {user_line()}]")
+    return tuple(int(k) for k in ks)
 
 
 def zeros(dim) -> Expression:
@@ -169,6 +191,8 @@ def ones(dim) -> Expression:
 
 def constant(dim, val: float) -> Expression:
     """A constant of shape ``dim`` filled with ``val``."""
+    if not isinstance(val, numbers.Real):
+        raise GraphError(f"constant: val must be a number, got {val!r} [at {user_line()}]")
     return _graph().add(OPS["constant"], (), (_dim(dim), float(val)))
 
 
@@ -399,6 +423,8 @@ def esum(xs: Sequence) -> Expression:
         if len(ids) == 3:
             return g.add3(_ADD, *ids)                   # fills the cache of the fast path below
         return g.add2(_ADD, ids[0], ids[1]) if len(ids) == 2 else g.add(_ADD, tuple(ids))
+    if not xs:
+        raise GraphError(f"esum: needs at least one expression, got an empty list [at {user_line()}]")
     return xs[0] if len(xs) == 1 and type(xs[0]) is Expression else _opl(_ADD, xs)
 
 
@@ -688,10 +714,10 @@ def _seed(g) -> int:
 
 def dropout(x, p: float) -> Expression:
     """Inverted dropout; the identity when p == 0 or dropout is switched off."""
-    if not 0 <= p < 1:
-        raise GraphError(f"dropout: rate must be in [0, 1), got {p} [at {user_line()}]")
+    if not isinstance(p, numbers.Real) or not 0 <= p < 1:
+        raise GraphError(f"dropout: rate must be in [0, 1), got {p!r} [at {user_line()}]")
     if p == 0 or not _S.dropout:
-        return x if type(x) is Expression else parameter(x)
+        return unchanged(x)
     g = _graph()
     return g.add(OPS["dropout"], (_id(x, g),), float(p), _seed(g))
 

@@ -10,7 +10,7 @@ import numbers
 import numpy as np
 
 from . import runtime
-from .api import _dim, _graph, _id, _seed, _shape, parameter, zeros
+from .api import _dim, _graph, _id, _seed, _shape, parameter, unchanged, zeros
 from .errors import GraphError, user_line
 from .graph import ComputationGraph, Expression
 from .minibatch import (concatenate_to_batch, dropout_batch, hinge_batch, lookup_batch, mean_batches,  # noqa: F401
@@ -162,7 +162,7 @@ def random_gumbel(dim, mu: float = 0.0, beta: float = 1.0, batch_size: int = 1) 
 
 
 def _unchanged(x) -> Expression:
-    return x if type(x) is Expression else parameter(x)
+    return unchanged(x)
 
 
 def dropout_dim(x, d: int, p: float) -> Expression:

@@ -297,6 +297,12 @@ _POISON = {
     "esum of one matrix": (lambda M, x: dy.esum(M), ("esum", "list")),
     "concatenate_cols of a vector": (lambda M, x: dy.concatenate_cols(x), ("concatenate_cols", "list")),
     "concatenate_cols of nothing": (lambda M, x: dy.concatenate_cols([]), ("concatenate_cols", "empty")),
+    "esum of nothing": (lambda M, x: dy.esum([]), ("esum", "empty")),
+    "zeros of None": (lambda M, x: dy.zeros(None), ("zeros", "expected dimensions", "None")),
+    "reshape to a string": (lambda M, x: dy.reshape(M, "ab"), ("reshape", "expected dimensions", "'ab'")),
+    "fractional dimension": (lambda M, x: dy.ones((2.5,)), ("ones", "(2.5,)")),
+    "constant of a string": (lambda M, x: dy.constant((2,), "a"), ("constant", "'a'")),
+    "dropout rate None": (lambda M, x: dy.dropout(x, None), ("dropout", "None")),
 }
 
 
