@@ -136,9 +136,10 @@ class _Builder:
     def __init__(self, layers: int, input_dim: int, hidden_dim: int, model: ParameterCollection):
         for name, v in (("layers", layers), ("input_dim", input_dim), ("hidden_dim", hidden_dim)):
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise ValueError(f"{type(self).__name__}: {name} must be a positive int, got {v!r}")
+                raise ValueError(f"{type(self).__name__}: {name} must be a positive int, got {v!r} [at {user_line()}]")
         if not isinstance(model, ParameterCollection):
-            raise TypeError(f"{type(self).__name__}: model must be a ParameterCollection, got {type(model).__name__}")
+            raise TypeError(f"{type(self).__name__}: model must be a ParameterCollection, got {type(model).__name__} "
+                            f"[at {user_line()}]")
         self.layers, self.input_dim, self.hidden_dim = layers, input_dim, hidden_dim
         self.spec = (layers, input_dim, hidden_dim)
         self.model = model.add_subcollection(self._kind + "-builder")
@@ -180,7 +181,7 @@ class _Builder:
         p_h, default p). Applied only while ``dy.set_dropout`` is on."""
         for v in (p, p_h):
             if v is not None and not 0 <= v < 1:
-                raise ValueError(f"set_dropout: rate must be in [0, 1), got {v}")
+                raise ValueError(f"set_dropout: rate must be in [0, 1), got {v} [at {user_line()}]")
         self.dropout = float(p)
         self.dropout_h = float(p if p_h is None else p_h)
 
@@ -406,7 +407,8 @@ class VanillaLSTMBuilder(_Builder):
         masks, so calling this right after it changes nothing but which masks are drawn.
         batch_size is accepted for DyNet programs: every sequence has its own masks anyway."""
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise ValueError(f"set_dropout_masks: batch_size must be a positive int, got {batch_size!r}")
+            raise ValueError(f"set_dropout_masks: batch_size must be a positive int, got {batch_size!r} [at "
+                             f"{user_line()}]")
         run = self._last_run() if self._last_run is not None else None
         if run is not None and run.exprs[0][0].cg is dy._S.graph:
             run.masks_x, run.masks_h = self._masks()

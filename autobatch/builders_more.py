@@ -24,7 +24,7 @@ __all__ = ["CompactVanillaLSTMBuilder", "CoupledLSTMBuilder", "FastLSTMBuilder",
 
 def _rate(where: str, v: float) -> float:
     if not 0 <= v < 1:
-        raise ValueError(f"{where}: dropout rate must be in [0, 1), got {v}")
+        raise ValueError(f"{where}: dropout rate must be in [0, 1), got {v} [at {user_line()}]")
     return float(v)
 
 
@@ -45,7 +45,7 @@ class CompactVanillaLSTMBuilder(VanillaLSTMBuilder):
 
     def set_weightnoise(self, std: float) -> None:
         if not std >= 0:
-            raise ValueError(f"set_weightnoise: std must be >= 0, got {std}")
+            raise ValueError(f"set_weightnoise: std must be >= 0, got {std} [at {user_line()}]")
         self.weightnoise_std = float(std)
 
     def _noisy(self) -> bool:
@@ -173,19 +173,22 @@ class BiRNNBuilder:
         if builder_layers is not None:
             self.builder_layers = [tuple(p) for p in builder_layers]
             if not self.builder_layers or any(len(p) != 2 for p in self.builder_layers):
-                raise ValueError("BiRNNBuilder: builder_layers must be a non-empty list of (forward, backward) pairs")
+                raise ValueError(f"BiRNNBuilder: builder_layers must be a non-empty list of (forward, backward) pairs "
+                                 f"[at {user_line()}]")
             self.model = None
             self.spec = None
             return
         for name, v in (("num_layers", num_layers), ("input_dim", input_dim), ("hidden_dim", hidden_dim)):
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise ValueError(f"BiRNNBuilder: {name} must be a positive int, got {v!r}")
+                raise ValueError(f"BiRNNBuilder: {name} must be a positive int, got {v!r} [at {user_line()}]")
         if hidden_dim % 2:
-            raise ValueError(f"BiRNNBuilder: hidden dimension must be even, got {hidden_dim}")
+            raise ValueError(f"BiRNNBuilder: hidden dimension must be even, got {hidden_dim} [at {user_line()}]")
         if not isinstance(model, ParameterCollection):
-            raise TypeError(f"BiRNNBuilder: model must be a ParameterCollection, got {type(model).__name__}")
+            raise TypeError(f"BiRNNBuilder: model must be a ParameterCollection, got {type(model).__name__} [at "
+                            f"{user_line()}]")
         if not callable(rnn_builder_factory):
-            raise TypeError("BiRNNBuilder: rnn_builder_factory must be a builder class (e.g. dy.LSTMBuilder)")
+            raise TypeError(f"BiRNNBuilder: rnn_builder_factory must be a builder class (e.g. dy.LSTMBuilder) [at "
+                            f"{user_line()}]")
         self.model = model.add_subcollection("birnn")
         self.spec = (num_layers, input_dim, hidden_dim, rnn_builder_factory, None)   # as DyNet's
         self.builder_layers = []
@@ -259,9 +262,10 @@ class StackedRNNState:
         states = list(states)
         if not states or any(not hasattr(s, "add_input") or not hasattr(s, "output") for s in states):
             raise ValueError("StackedRNNState: states must be a non-empty list of RNN states "
-                             "(e.g. builder.initial_state())")
+                             f"(e.g. builder.initial_state()) [at {user_line()}]")
         if prev is not None and not isinstance(prev, StackedRNNState):
-            raise TypeError(f"StackedRNNState: prev must be a StackedRNNState or None, got {type(prev).__name__}")
+            raise TypeError(f"StackedRNNState: prev must be a StackedRNNState or None, got {type(prev).__name__} [at "
+                            f"{user_line()}]")
         self.states, self._prev = states, prev
 
     def add_input(self, x: Expression) -> "StackedRNNState":
@@ -300,7 +304,7 @@ class StackedRNNState:
 def _check_dims(where: str, **dims) -> None:
     for name, v in dims.items():
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v <= 0:
-            raise ValueError(f"{where}: {name} must be a positive int, got {v!r}")
+            raise ValueError(f"{where}: {name} must be a positive int, got {v!r} [at {user_line()}]")
 
 
 def _draw(logits: np.ndarray) -> int:
@@ -362,7 +366,8 @@ class StandardSoftmaxBuilder(SoftmaxBuilder):
     def __init__(self, rep_dim: int, num_labels: int, model: ParameterCollection, bias: bool = True):
         _check_dims("StandardSoftmaxBuilder", rep_dim=rep_dim, num_labels=num_labels)
         if not isinstance(model, ParameterCollection):
-            raise TypeError(f"StandardSoftmaxBuilder: model must be a ParameterCollection, got {type(model).__name__}")
+            raise TypeError(f"StandardSoftmaxBuilder: model must be a ParameterCollection, got {type(model).__name__} "
+                            f"[at {user_line()}]")
         self.model = model.add_subcollection("standard-softmax-builder")
         self.W = self.model.add_parameters((num_labels, rep_dim))
         self.b = self.model.add_parameters((num_labels,), ConstInitializer(0.0)) if bias else None
@@ -394,14 +399,16 @@ def _read_clusters(path: str, word_dict: Mapping[str, int]) -> List[list]:
     "class word" (space or tab separated, further fields ignored, blank lines skipped)."""
     if not isinstance(word_dict, Mapping):
         raise TypeError(f"ClassFactoredSoftmaxBuilder: word_dict must be a dict word -> id, "
-                        f"got {type(word_dict).__name__}")
+                        f"got {type(word_dict).__name__} [at {user_line()}]")
     ids = {}
     for w, i in word_dict.items():
         if isinstance(i, bool) or not isinstance(i, (int, np.integer, float)) or i != int(i):
-            raise ValueError(f"ClassFactoredSoftmaxBuilder: word_dict id of {w!r} must be an int, got {i!r}")
+            raise ValueError(f"ClassFactoredSoftmaxBuilder: word_dict id of {w!r} must be an int, got {i!r} [at "
+                             f"{user_line()}]")
         ids[w] = int(i)
     if sorted(ids.values()) != list(range(len(ids))):
-        raise ValueError("ClassFactoredSoftmaxBuilder: word_dict must give the words unique ids 0..n-1 (as DyNet)")
+        raise ValueError(f"ClassFactoredSoftmaxBuilder: word_dict must give the words unique ids 0..n-1 (as DyNet) "
+                         f"[at {user_line()}]")
     clusters: Dict[str, list] = {}
     seen = set()
     with open(path) as f:
@@ -411,16 +418,18 @@ def _read_clusters(path: str, word_dict: Mapping[str, int]) -> List[list]:
                 continue
             if len(parts) < 2:
                 raise ValueError(f"ClassFactoredSoftmaxBuilder: {path}:{n}: expected 'class word', "
-                                 f"got {line.strip()!r}")
+                                 f"got {line.strip()!r} [at {user_line()}]")
             c, w = parts[0], parts[1]
             if w not in ids:
-                raise ValueError(f"ClassFactoredSoftmaxBuilder: {path}:{n}: word {w!r} is not in word_dict")
+                raise ValueError(f"ClassFactoredSoftmaxBuilder: {path}:{n}: word {w!r} is not in word_dict [at "
+                                 f"{user_line()}]")
             if ids[w] in seen:
-                raise ValueError(f"ClassFactoredSoftmaxBuilder: {path}:{n}: word {w!r} is listed twice")
+                raise ValueError(f"ClassFactoredSoftmaxBuilder: {path}:{n}: word {w!r} is listed twice [at "
+                                 f"{user_line()}]")
             seen.add(ids[w])
             clusters.setdefault(c, []).append(ids[w])
     if not clusters:
-        raise ValueError(f"ClassFactoredSoftmaxBuilder: {path} lists no words")
+        raise ValueError(f"ClassFactoredSoftmaxBuilder: {path} lists no words [at {user_line()}]")
     return [[c, ws] for c, ws in clusters.items()]
 
 
@@ -446,7 +455,7 @@ class ClassFactoredSoftmaxBuilder(SoftmaxBuilder):
         _check_dims("ClassFactoredSoftmaxBuilder", rep_dim=rep_dim)
         if not isinstance(model, ParameterCollection):
             raise TypeError(f"ClassFactoredSoftmaxBuilder: model must be a ParameterCollection, "
-                            f"got {type(model).__name__}")
+                            f"got {type(model).__name__} [at {user_line()}]")
         self._setup(int(rep_dim), _read_clusters(cluster_file, word_dict), model, bool(bias))
 
     @classmethod

@@ -25,6 +25,7 @@ import sys
 from typing import Optional
 
 from . import params, runtime
+from .errors import user_line
 
 __all__ = ["DynetParams", "init", "init_from_params"]
 
@@ -37,7 +38,7 @@ def _int(value, what: str) -> int:
         try:
             value = int(str(value).strip())
         except ValueError:
-            raise ValueError(f"DynetParams: {what} must be an integer, got {value!r}") from None
+            raise ValueError(f"DynetParams: {what} must be an integer, got {value!r} [at {user_line()}]") from None
     return value
 
 
@@ -75,7 +76,7 @@ class DynetParams:
         generator (DyNet: a random seed)."""
         seed = _int(random_seed, "random_seed")
         if seed < 0:
-            raise ValueError(f"DynetParams: random_seed must be >= 0, got {seed}")
+            raise ValueError(f"DynetParams: random_seed must be >= 0, got {seed} [at {user_line()}]")
         self.random_seed = seed
 
     def set_autobatch(self, autobatch) -> None:
@@ -105,7 +106,7 @@ class DynetParams:
     def set_gpu_mask(self, gpu_mask: list) -> None:
         """Accepted and ignored (entries must be 0 or 1, as DyNet checks)."""
         if any(i not in (0, 1) for i in gpu_mask):
-            raise ValueError("gpu_mask should only contain 0 and 1s")
+            raise ValueError(f"gpu_mask should only contain 0 and 1s [at {user_line()}]")
         self.gpu_mask = list(gpu_mask)
 
     def set_cpu_mode(self) -> None:
@@ -139,7 +140,7 @@ class DynetParams:
                 continue
             if not eq:
                 if k >= len(argv):
-                    raise ValueError(f"--dynet-{name} expects an argument")
+                    raise ValueError(f"--dynet-{name} expects an argument [at {user_line()}]")
                 value = argv[k]
                 k += 1
             self._from_flag(name, value)
@@ -161,7 +162,7 @@ class DynetParams:
                 self.set_requested_gpus(value)
             # --dynet-devices: a device list; ignored like the GPU settings
         except (TypeError, ValueError) as e:
-            raise ValueError(f"{where}: {e}") from None
+            raise ValueError(f"{where}: {e} [at {user_line()}]") from None
 
     def from_config(self, conf: dict) -> None:
         """Set from a dict as ``dynet_config.get()`` returns: keys mem, seed, autobatch,
@@ -200,5 +201,5 @@ def init(shared_parameters: Optional[bool] = None) -> None:
 def init_from_params(params: DynetParams) -> None:
     """``params.init()``."""
     if not isinstance(params, DynetParams):
-        raise TypeError(f"init_from_params: needs a DynetParams, got {type(params).__name__}")
+        raise TypeError(f"init_from_params: needs a DynetParams, got {type(params).__name__} [at {user_line()}]")
     params.init()

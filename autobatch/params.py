@@ -10,6 +10,7 @@ import os
 import numpy as np
 
 from . import runtime
+from .errors import user_line
 from .textfile import check_name, file_order, read_saved, restore, write_text
 
 
@@ -29,7 +30,7 @@ class PyInitializer:
     def __init__(self):
         if type(self).init is PyInitializer.init:
             raise TypeError("Do not create PyInitializer directly: use a built-in initializer, "
-                            "or subclass PyInitializer and override init(shape, is_lookup)")
+                            f"or subclass PyInitializer and override init(shape, is_lookup) [at {user_line()}]")
 
     def init(self, shape, is_lookup=False):
         raise NotImplementedError(f"{type(self).__name__} does not override init(shape, is_lookup)")
@@ -82,14 +83,15 @@ class NumpyInitializer(PyInitializer):
 
     def init(self, shape, is_lookup=False):
         if self.array.shape != tuple(shape):
-            raise ValueError(f"initializer array has shape {self.array.shape}, parameter needs {tuple(shape)}")
+            raise ValueError(f"initializer array has shape {self.array.shape}, parameter needs {tuple(shape)} [at "
+                             f"{user_line()}]")
         return self.array
 
 
 def _square(shape, what: str) -> int:
     # DyNet sees a lookup table (n, d) as one d x n matrix: it must be square too
     if len(shape) != 2 or shape[0] != shape[1]:
-        raise ValueError(f"{what}: needs a square matrix, the parameter has shape {tuple(shape)}")
+        raise ValueError(f"{what}: needs a square matrix, the parameter has shape {tuple(shape)} [at {user_line()}]")
     return shape[0]
 
 
@@ -134,17 +136,18 @@ class FromFileInitializer(PyInitializer):
 
     def init(self, shape, is_lookup=False):
         if not os.path.isfile(self.fname):
-            raise FileNotFoundError(f"FromFileInitializer: no file {self.fname!r}")
+            raise FileNotFoundError(f"FromFileInitializer: no file {self.fname!r} [at {user_line()}]")
         with open(self.fname) as f:
             tokens = f.read().split()
         try:
             vals = np.array(tokens, dtype=np.float64)
         except ValueError as e:
-            raise ValueError(f"FromFileInitializer: {self.fname} holds something that is not a number ({e})") from None
+            raise ValueError(f"FromFileInitializer: {self.fname} holds something that is not a number ({e}) [at "
+                             f"{user_line()}]") from None
         need = math.prod(shape)
         if vals.size != need:
             raise ValueError(f"FromFileInitializer: {self.fname} holds {vals.size} numbers, "
-                             f"a parameter of shape {tuple(shape)} needs {need}")
+                             f"a parameter of shape {tuple(shape)} needs {need} [at {user_line()}]")
         if not is_lookup:
             return vals.reshape(shape, order="F")
         row = tuple(shape[1:])
@@ -158,10 +161,11 @@ _DEFAULT_WEIGHT_DECAY = 0.0
 
 def _check_weight_decay(lam, where: str) -> float:
     if isinstance(lam, bool) or not isinstance(lam, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{where}: weight decay must be a number, got {type(lam).__name__}")
+        raise TypeError(f"{where}: weight decay must be a number, got {type(lam).__name__} [at {user_line()}]")
     lam = float(lam)
     if not 0.0 <= lam < 1.0:
-        raise ValueError(f"{where}: weight decay must be in [0, 1) (usually small, like 1e-6), got {lam}")
+        raise ValueError(f"{where}: weight decay must be in [0, 1) (usually small, like 1e-6), got {lam} [at "
+                         f"{user_line()}]")
     return lam
 
 
@@ -181,7 +185,7 @@ def _as_shape(dim) -> tuple:
         dim = (dim,)
     shape = tuple(int(d) for d in dim)
     if not shape or any(d <= 0 for d in shape):
-        raise ValueError(f"parameter shape must be positive integers, got {dim!r}")
+        raise ValueError(f"parameter shape must be positive integers, got {dim!r} [at {user_line()}]")
     return shape
 
 
@@ -291,7 +295,7 @@ class Parameter:
         arr = _host_or_device(arr)
         if tuple(arr.shape) != tuple(self.data.shape):
             raise ValueError(f"set_value: parameter {self._name or ''} has shape {tuple(self.data.shape)}, "
-                             f"got an array of shape {tuple(arr.shape)}")
+                             f"got an array of shape {tuple(arr.shape)} [at {user_line()}]")
         self.data[...] = self.xp.asarray(arr, dtype=self.dtype)
 
     # --- files (DyNet's text format, as ParameterCollection.save) ---------------------
@@ -312,17 +316,17 @@ class Parameter:
         lookup table, a dense parameter only a dense one; the shapes must be equal."""
         if not isinstance(key, str) or not key:
             raise ValueError("populate: key must be a parameter's full name (e.g. '/W'), got "
-                             f"{key!r}")
+                             f"{key!r} [at {user_line()}]")
         kind = "l" if self.is_lookup else "p"
         for e in read_saved(fname, "populate"):
             if e.kind == kind and e.name == key:
                 break
         else:
             what = "lookup parameter" if self.is_lookup else "parameter"
-            raise KeyError(f"populate: no {what} named {key!r} in {fname}")
+            raise KeyError(f"populate: no {what} named {key!r} in {fname} [at {user_line()}]")
         if e.shape != self.shape():
             raise ValueError(f"populate: {key} has shape {e.shape} in {fname}, "
-                             f"parameter {self._name} is {self.shape()}")
+                             f"parameter {self._name} is {self.shape()} [at {user_line()}]")
         restore(self, *e.arrays())
 
     def populate_from_textfile(self, fname: str, key: str = "") -> None:
@@ -411,14 +415,16 @@ class LookupParameter(Parameter):
     def _row(self, i) -> int:
         n = self.data.shape[0]
         if not isinstance(i, (int, np.integer)) or not 0 <= i < n:
-            raise IndexError(f"row {i!r} out of range for a lookup table of shape {tuple(self.data.shape)}")
+            raise IndexError(f"row {i!r} out of range for a lookup table of shape {tuple(self.data.shape)} [at "
+                             f"{user_line()}]")
         return int(i)
 
     def init_row(self, i: int, row) -> None:
         i = self._row(i)
         row = _host_or_device(row)
         if tuple(row.shape) != tuple(self.data.shape[1:]):
-            raise ValueError(f"init_row: rows have shape {tuple(self.data.shape[1:])}, got {tuple(row.shape)}")
+            raise ValueError(f"init_row: rows have shape {tuple(self.data.shape[1:])}, got {tuple(row.shape)} [at "
+                             f"{user_line()}]")
         self.data[i] = self.xp.asarray(row, dtype=self.dtype)
 
     def row_as_array(self, i: int) -> np.ndarray:
@@ -509,7 +515,7 @@ class ParameterCollection:
         """A lookup table of shape ``(n_rows, *row_shape)``."""
         shape = _as_shape(dim)
         if len(shape) < 2:
-            raise ValueError(f"add_lookup_parameters needs (n_rows, row_dim), got {dim!r}")
+            raise ValueError(f"add_lookup_parameters needs (n_rows, row_dim), got {dim!r} [at {user_line()}]")
         p = LookupParameter(shape, init, self._prefix + self._unique(name, self._taken), scale)
         self._items.append(p)
         return p
@@ -600,9 +606,9 @@ class ParameterCollection:
             from .saving import save
             return save(fname, name)
         if not isinstance(name, str):
-            raise TypeError(f"save: name must be a str, got {type(name).__name__}")
+            raise TypeError(f"save: name must be a str, got {type(name).__name__} [at {user_line()}]")
         if name and (not name.startswith("/") or " " in name or "#" in name):
-            raise ValueError(f"save: name must start with '/' and hold no ' ' or '#', got {name!r}")
+            raise ValueError(f"save: name must start with '/' and hold no ' ' or '#', got {name!r} [at {user_line()}]")
         if name and not name.endswith("/"):
             name += "/"
         n = len(self._prefix)
@@ -626,7 +632,7 @@ class ParameterCollection:
         if key:
             if any(e.name is None for e in saved):
                 raise ValueError(f"populate: {fname} holds no parameter names (an older file); "
-                                 "it can only be loaded whole (key='')")
+                                 f"it can only be loaded whole (key='') [at {user_line()}]")
             # whole path components only, as DyNet: "/enc" and "/enc/" take "/enc/_0", "/en" does not
             sub = key if key.endswith("/") else key + "/"
             saved = [e for e in saved if e.name.startswith(sub)]
@@ -637,11 +643,11 @@ class ParameterCollection:
             if len(theirs) != len(mine):
                 under = f" under key {key!r}" if key else ""
                 raise ValueError(f"populate: {fname} holds {len(theirs)} {what}{under}, "
-                                 f"this collection has {len(mine)}")
+                                 f"this collection has {len(mine)} [at {user_line()}]")
             for j, (e, p) in enumerate(zip(theirs, mine)):
                 if e.shape != p.shape():
                     raise ValueError(f"populate: {e.name or f'saved {what[:-1]} {j}'} has shape {e.shape} "
-                                     f"in {fname}, parameter {p.name()} is {p.shape()}")
+                                     f"in {fname}, parameter {p.name()} is {p.shape()} [at {user_line()}]")
                 todo.append((p, e))
         todo = [(p, *e.arrays()) for p, e in todo]
         for p, value, grad in todo:
@@ -655,7 +661,7 @@ class ParameterCollection:
         where = "load_lookup_param" if lookup else "load_param"
         saved = read_saved(path, where)
         if any(e.name is None for e in saved):
-            raise ValueError(f"{where}: {path} holds no parameter names (an older file)")
+            raise ValueError(f"{where}: {path} holds no parameter names (an older file) [at {user_line()}]")
         kind = "l" if lookup else "p"
         for e in saved:
             if e.kind == kind and e.name == key:
@@ -667,7 +673,7 @@ class ParameterCollection:
                 restore(p, value, grad)
                 return p
         what = "lookup parameter" if lookup else "parameter"
-        raise KeyError(f"{where}: no {what} named {key!r} in {path}")
+        raise KeyError(f"{where}: no {what} named {key!r} in {path} [at {user_line()}]")
 
     def load_param(self, path: str, key: str) -> Parameter:
         """The saved dense parameter named key (its full name, e.g. "/W" or "/enc/_0"), added

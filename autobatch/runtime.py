@@ -8,6 +8,8 @@ import sys
 
 import numpy as np
 
+from .errors import user_line
+
 
 class Strategy(enum.Enum):
     """How forward groups nodes into batches."""
@@ -42,7 +44,7 @@ def parse_strategy(s) -> Strategy:
             if t == m.value:
                 return m
     raise ValueError(f"unknown autobatching strategy {s!r}: use 'none', 'depth', 'agenda', "
-                     "a Strategy, DyNet's 0/1/2/3/100+ or a bool")
+                     f"a Strategy, DyNet's 0/1/2/3/100+ or a bool [at {user_line()}]")
 
 
 def _argv_flag(name):
@@ -68,7 +70,7 @@ class _State:
                 self.strategy = parse_strategy(env)
         except ValueError as e:
             src = f"--dynet-autobatch {flag}" if flag is not None else f"AUTOBATCH_STRATEGY={env}"
-            raise ValueError(f"{src}: {e}") from None
+            raise ValueError(f"{src}: {e} [at {user_line()}]") from None
         seed = _argv_flag("--dynet-seed") or os.environ.get("AUTOBATCH_SEED")
         self.seed = int(seed) if seed else 0
         self.rng = np.random.default_rng(self.seed or None)
@@ -118,7 +120,7 @@ def set_dtype(dtype) -> None:
     """float32 (default) or float64 for parameters and graphs created from now on."""
     dt = np.dtype(dtype)
     if dt not in (np.float32, np.float64):
-        raise ValueError(f"dtype must be float32 or float64, got {dt}")
+        raise ValueError(f"dtype must be float32 or float64, got {dt} [at {user_line()}]")
     _STATE.dtype = dt
 
 

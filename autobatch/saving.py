@@ -21,6 +21,7 @@ import pickle
 import numpy as np
 
 from .params import ConstInitializer, Parameter, ParameterCollection
+from .errors import user_line
 from .textfile import check_name, read_saved, restore, write_text
 
 _KIND_TAG = {False: "Parameters", True: "LookupParameters"}
@@ -43,7 +44,7 @@ def _spec_out(v, where: str):
         items = {k: _spec_out(x, where) for k, x in v.items()}
         return items if type(v) is dict else v
     raise TypeError(f"save: {where}: its spec holds a {type(v).__name__}, which cannot be saved "
-                    "(specs may hold numbers, strings, lists, tuples, dicts and classes)")
+                    f"(specs may hold numbers, strings, lists, tuples, dicts and classes) [at {user_line()}]")
 
 
 def _dynet_name(cls):
@@ -93,9 +94,10 @@ def _class(name: str):
         for part in qual.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as e:
-        raise ValueError(f"load: class {name.replace(':', '.')} named in the file cannot be found ({e})") from None
+        raise ValueError(f"load: class {name.replace(':', '.')} named in the file cannot be found ({e}) [at "
+                         f"{user_line()}]") from None
     if not isinstance(obj, type):
-        raise ValueError(f"load: {name.replace(':', '.')} named in the file is not a class")
+        raise ValueError(f"load: {name.replace(':', '.')} named in the file is not a class [at {user_line()}]")
     return obj
 
 
@@ -103,7 +105,8 @@ def _params_of(obj) -> tuple:
     """(collection, its dense parameters, its lookup tables) of a saved object."""
     pc = obj.param_collection()
     if not isinstance(pc, ParameterCollection):
-        raise TypeError(f"save: {type(obj).__name__}.param_collection() must return a ParameterCollection")
+        raise TypeError(f"save: {type(obj).__name__}.param_collection() must return a ParameterCollection [at "
+                        f"{user_line()}]")
     return pc, pc.parameters_list(), pc.lookup_parameters_list()
 
 
@@ -122,10 +125,10 @@ def save(basename: str, objects) -> None:
         cls = type(o)
         if not (hasattr(o, "param_collection") and hasattr(o, "spec") and hasattr(cls, "from_spec")):
             raise TypeError(f"save: {where} is not a Parameter, a LookupParameter or an object with "
-                            "param_collection(), spec and from_spec(spec, model)")
+                            f"param_collection(), spec and from_spec(spec, model) [at {user_line()}]")
         if o.spec is None:
             raise TypeError(f"save: {where} has no spec (e.g. a BiRNNBuilder made from builder_layers): "
-                            "it cannot be re-created; save its builders instead")
+                            f"it cannot be re-created; save its builders instead [at {user_line()}]")
         spec = _spec_out(o.spec, where)
         pc, dense, lookups = _params_of(o)
         records.append((cls, spec, pc.name()))
@@ -154,13 +157,14 @@ def _read_records(basename: str) -> tuple:
             records.append(_Unpickler(f).load())
         except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError) as e:
             raise ValueError(f"load: {basename}.meta is not a model's index as dy.save writes it "
-                             f"(record {len(records)}: {e})") from None
+                             f"(record {len(records)}: {e}) [at {user_line()}]") from None
     for j, r in enumerate(records):
         ok = isinstance(r, tuple) and (
             (len(r) == 2 and r[0] in _KIND_TAG.values() and isinstance(r[1], str)) or
             (len(r) == 3 and isinstance(r[0], type) and isinstance(r[2], str)))
         if not ok:
-            raise ValueError(f"load: record {j} of {basename}.meta is not (kind, name) or (class, spec, name)")
+            raise ValueError(f"load: record {j} of {basename}.meta is not (kind, name) or (class, spec, name) [at "
+                             f"{user_line()}]")
     return records, read_saved(basename + ".data", "load"), False
 
 
@@ -172,25 +176,27 @@ def _read_old(basename: str, raw: bytes) -> tuple:
     except (UnicodeDecodeError, ValueError):
         ok = False
     if not ok or meta.get("version") != 1:
-        raise ValueError(f"load: {basename}.meta is neither DyNet's format nor autobatch's older one")
+        raise ValueError(f"load: {basename}.meta is neither DyNet's format nor autobatch's older one [at "
+                         f"{user_line()}]")
     try:
         with np.load(basename + ".data", allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
     except (ValueError, OSError) as e:
-        raise ValueError(f"load: {basename}.data is not readable ({e})") from None
+        raise ValueError(f"load: {basename}.data is not readable ({e}) [at {user_line()}]") from None
     records = []
     for j, e in enumerate(meta["objects"]):
         keys = [e.get("array")] if e.get("kind") in ("param", "lookup") else e.get("params", []) + e.get("lookups", [])
         for k in keys:
             if k not in arrays:
-                raise ValueError(f"load: {basename}.data lacks array {k} named in {basename}.meta")
+                raise ValueError(f"load: {basename}.data lacks array {k} named in {basename}.meta [at {user_line()}]")
         if e.get("kind") in ("param", "lookup"):
             records.append((_KIND_TAG[e["kind"] == "lookup"], e["name"], arrays[e["array"]]))
         elif e.get("kind") == "object":
             records.append((_class(e["class"]), _old_spec(e["spec"]),
                             [arrays[k] for k in e["params"]], [arrays[k] for k in e["lookups"]]))
         else:
-            raise ValueError(f"load: entry {j} of {basename}.meta has unknown kind {e.get('kind')!r}")
+            raise ValueError(f"load: entry {j} of {basename}.meta has unknown kind {e.get('kind')!r} [at "
+                             f"{user_line()}]")
     return records, None, True
 
 
@@ -230,7 +236,7 @@ def load(basename: str, model: ParameterCollection) -> list:
     their saved values, in the same order. Everything is checked before values are set; on an
     error model is left as it was."""
     if not isinstance(model, ParameterCollection):
-        raise TypeError(f"load: model must be a ParameterCollection, got {type(model).__name__}")
+        raise TypeError(f"load: model must be a ParameterCollection, got {type(model).__name__} [at {user_line()}]")
     records, saved, old = _read_records(basename)
     mark = model._mark()
     try:
@@ -245,7 +251,7 @@ def load(basename: str, model: ParameterCollection) -> list:
                     if e is None or e.kind != ("l" if lookup else "p") or e.name != r[1]:
                         held = f"{'lookup parameter' if e.kind == 'l' else 'parameter'} {e.name}" if e else "nothing"
                         raise ValueError(f"load: record {j} names {r[0]} {r[1]}, the .data file holds {held} "
-                                         f"at position {k}")
+                                         f"at position {k} [at {user_line()}]")
                     k += 1
                     value, grad = e.arrays()
                 add = model.add_lookup_parameters if lookup else model.add_parameters
@@ -266,15 +272,17 @@ def load(basename: str, model: ParameterCollection) -> list:
                 theirs = [e.arrays() for e in ps], [e.arrays() for e in ls]
             for what, mine, arrs in (("parameters", dense, theirs[0]), ("lookup parameters", lookups, theirs[1])):
                 if len(mine) != len(arrs):
-                    raise ValueError(f"load: {where} was saved with {len(arrs)} {what}, from_spec made {len(mine)}")
+                    raise ValueError(f"load: {where} was saved with {len(arrs)} {what}, from_spec made {len(mine)} "
+                                     f"[at {user_line()}]")
                 for p, (value, grad) in zip(mine, arrs):
                     if tuple(value.shape) != p.shape():
                         raise ValueError(f"load: {where}: saved {what[:-1]} of shape {tuple(value.shape)}, "
-                                         f"from_spec made {p.name()} of shape {p.shape()}")
+                                         f"from_spec made {p.name()} of shape {p.shape()} [at {user_line()}]")
                     todo.append((p, value, grad))
             out.append(obj)
         if not old and k != len(saved):
-            raise ValueError(f"load: {basename}.data holds {len(saved)} parameters, {basename}.meta accounts for {k}")
+            raise ValueError(f"load: {basename}.data holds {len(saved)} parameters, {basename}.meta accounts for {k} "
+                             f"[at {user_line()}]")
     except BaseException:
         model._undo(mark)
         raise

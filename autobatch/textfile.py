@@ -15,6 +15,8 @@ import os
 
 import numpy as np
 
+from .errors import user_line
+
 _TAGS = {"p": "#Parameter#", "l": "#LookupParameter#"}
 _KIND_OF_TAG = {t: k for k, t in _TAGS.items()}
 _CHUNK = 1 << 16
@@ -37,7 +39,7 @@ def check_name(name: str, where: str) -> None:
     # a header is split at whitespace, and DyNet reserves '#' for header tags
     if not name or "#" in name or any(c.isspace() for c in name):
         raise ValueError(f"{where}: {name!r} cannot be written to a DyNet text file "
-                         "(a name must be non-empty, without whitespace or '#')")
+                         f"(a name must be non-empty, without whitespace or '#') [at {user_line()}]")
 
 
 def _numbers(flat, fmt: str) -> str:
@@ -92,12 +94,14 @@ class _Saved:
         try:
             vals = np.array(self._src.split(), dtype=np.float64)
         except ValueError as e:
-            raise ValueError(f"{self.where}: {self.name} holds something that is not a number ({e})") from None
+            raise ValueError(f"{self.where}: {self.name} holds something that is not a number ({e}) [at "
+                             f"{user_line()}]") from None
         n = math.prod(self.shape)
         need = 2 * n if self._full else n
         if vals.size != need:
             raise ValueError(f"{self.where}: {self.name} of shape {self.shape} needs {need} numbers "
-                             f"({'FULL_GRAD' if self._full else 'ZERO_GRAD'}), the file holds {vals.size}")
+                             f"({'FULL_GRAD' if self._full else 'ZERO_GRAD'}), the file holds {vals.size} "
+                             f"[at {user_line()}]")
         lookup = self.kind == "l"
         value = _from_file_order(vals[:n], self.shape, lookup)
         grad = _from_file_order(vals[n:], self.shape, lookup) if self._full else np.zeros(self.shape)
@@ -114,7 +118,8 @@ def _parse_text(path: str, text: str, where: str) -> list:
         f = line.split()
         head = f"{where}: {path} line {i}"
         if f[0] not in _KIND_OF_TAG or len(f) != 5 or f[4] not in ("ZERO_GRAD", "FULL_GRAD"):
-            raise ValueError(f"{head}: expected a header like '#Parameter# /W {{2,3}} 97 ZERO_GRAD', got {line[:80]!r}")
+            raise ValueError(f"{head}: expected a header like '#Parameter# /W {{2,3}} 97 ZERO_GRAD', got "
+                             f"{line[:80]!r} [at {user_line()}]")
         kind, name, dims = _KIND_OF_TAG[f[0]], f[1], f[2]
         try:
             if not (dims.startswith("{") and dims.endswith("}")):
@@ -123,7 +128,7 @@ def _parse_text(path: str, text: str, where: str) -> list:
             if any(d <= 0 for d in shape) or (kind == "l" and len(shape) < 2):
                 raise ValueError
         except ValueError:
-            raise ValueError(f"{head}: bad dimensions {dims!r} for {name}") from None
+            raise ValueError(f"{head}: bad dimensions {dims!r} for {name} [at {user_line()}]") from None
         if kind == "l":
             shape = shape[-1:] + shape[:-1]
         body = []
@@ -146,12 +151,14 @@ def read_saved(path, where: str) -> list:
         try:
             return _parse_text(path, raw.decode("utf-8"), where)
         except UnicodeDecodeError:
-            raise ValueError(f"{where}: {path} is not a parameter file (DyNet's text format)") from None
+            raise ValueError(f"{where}: {path} is not a parameter file (DyNet's text format) [at "
+                             f"{user_line()}]") from None
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
     except (ValueError, OSError) as e:
-        raise ValueError(f"{where}: {path} is not a file written by ParameterCollection.save ({e})") from None
+        raise ValueError(f"{where}: {path} is not a file written by ParameterCollection.save ({e}) [at "
+                         f"{user_line()}]") from None
     keys = []
     for kind in "pl":
         k = 0
@@ -160,7 +167,7 @@ def read_saved(path, where: str) -> list:
             k += 1
     names = [str(x) for x in arrays["names"]] if "names" in arrays else None
     if names is not None and len(names) != len(keys):
-        raise ValueError(f"{where}: {path}: the file's names do not match its arrays")
+        raise ValueError(f"{where}: {path}: the file's names do not match its arrays [at {user_line()}]")
     return [_Saved(k[0], None if names is None else names[j], tuple(arrays[k].shape), arrays[k], None, where)
             for j, k in enumerate(keys)]
 

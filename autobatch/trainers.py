@@ -14,7 +14,7 @@ from typing import Optional
 
 import numpy as np
 
-from .errors import NonFiniteError
+from .errors import NonFiniteError, user_line
 from .params import Parameter, ParameterCollection
 
 __all__ = ["Trainer", "SimpleSGDTrainer", "CyclicalSGDTrainer", "MomentumSGDTrainer", "AdagradTrainer",
@@ -28,7 +28,8 @@ class Trainer:
 
     def __init__(self, m: ParameterCollection, learning_rate: float):
         if not isinstance(m, ParameterCollection):
-            raise TypeError(f"{type(self).__name__}: needs a ParameterCollection, got {type(m).__name__}")
+            raise TypeError(f"{type(self).__name__}: needs a ParameterCollection, got {type(m).__name__} [at "
+                            f"{user_line()}]")
         self.model = m
         self.learning_rate = float(learning_rate)
         self.clipping_enabled = True
@@ -103,7 +104,7 @@ class Trainer:
             bad = [i for i in idx if not 0 <= i < len(lst)]
             if bad:
                 raise IndexError(f"{type(self).__name__}.update_subset: {what} index {bad[0]} out of range "
-                                 f"(the model has {len(lst)})")
+                                 f"(the model has {len(lst)}) [at {user_line()}]")
             sel.append([lst[i] for i in sorted(set(idx))])
         self._update(*sel, clear=sel[0] + sel[1])
 
@@ -249,7 +250,7 @@ class CyclicalSGDTrainer(SimpleSGDTrainer):
                  step_size: float = 2000, gamma: float = 1.0):
         super().__init__(m, learning_rate_min)
         if step_size <= 0:
-            raise ValueError(f"CyclicalSGDTrainer: step_size must be positive, got {step_size}")
+            raise ValueError(f"CyclicalSGDTrainer: step_size must be positive, got {step_size} [at {user_line()}]")
         self.learning_rate_min, self.learning_rate_max = float(learning_rate_min), float(learning_rate_max)
         self.step_size, self.gamma = float(step_size), float(gamma)
         self.it = 0
