@@ -341,3 +341,23 @@ def test_non_finite_values_the_loss_does_not_use_leave_its_gradients_finite(m, s
     for a, b_ in zip(*grads):
         assert np.isfinite(a).all()
         np.testing.assert_allclose(a, b_, rtol=1e-6)
+
+
+_SETUP = {
+    "negative shape": (lambda pc, W: pc.add_parameters((-1, 3)), ValueError, "(-1, 3)"),
+    "init of another shape": (lambda pc, W: pc.add_parameters((3, 4), init=np.zeros((2, 2))), ValueError, "(2, 2)"),
+    "set_value of another shape": (lambda pc, W: W.set_value(np.zeros((2, 2))), ValueError, "set_value"),
+    "builder dimension": (lambda pc, W: dy.LSTMBuilder(1, -4, 3, pc), ValueError, "input_dim"),
+    "builder dropout": (lambda pc, W: dy.LSTMBuilder(1, 4, 3, pc).set_dropout(3.0), ValueError, "set_dropout"),
+    "trainer of a string": (lambda pc, W: dy.SimpleSGDTrainer("model"), TypeError, "SimpleSGDTrainer"),
+    "weight decay": (lambda pc, W: pc.set_weight_decay_lambda(-1.0), ValueError, "weight decay"),
+    "strategy": (lambda pc, W: dy.renew_cg(autobatching="bogus"), ValueError, "'bogus'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_SETUP))
+def test_setup_errors_name_the_users_line(case):
+    make, exc, part = _SETUP[case]
+    pc = dy.ParameterCollection()
+    W = pc.add_parameters((3, 4))
+    _expect(exc, lambda: make(pc, W), part, src=make)
