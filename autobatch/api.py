@@ -10,7 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from . import runtime
-from .errors import GraphError, GraphIndexError, StaleExpressionError, user_line
+from .errors import GraphError, GraphIndexError, StaleExpressionError, called, user_line
 from . import api_dims, fastpath, minibatch
 from .graph import ComputationGraph, Expression, cg, expression
 from .ops import OPS
@@ -48,7 +48,8 @@ def _id(x, g: ComputationGraph, op=None) -> int:
         return parameter(x).i if _table(x) else g.pid(x)
     if type(x) is minibatch.BatchedExpression:
         raise minibatch.BatchedOperand     # DyNet's minibatch: the op runs per element
-    what = f"{op.name}: " if op is not None else ""
+    api = called()
+    what = f"{api}: " if api else f"{op.name}: " if op is not None else ""
     raise TypeError(f"{what}expected an Expression or Parameter, got {type(x).__name__} [at {user_line()}]")
 
 
@@ -569,7 +570,8 @@ def _shape(x):
         return x.shape()
     if type(x) is minibatch.BatchedExpression:
         raise minibatch.BatchedOperand
-    raise TypeError(f"expected an Expression, got {type(x).__name__} [at {user_line()}]")
+    api = called()
+    raise TypeError(f"{api + ': ' if api else ''}expected an Expression, got {type(x).__name__} [at {user_line()}]")
 
 
 def _vertex_index(i, n) -> bool:

@@ -47,6 +47,16 @@ def user_site():
     return None if f is None else (f.f_code.co_filename, f.f_lineno)
 
 
+def called() -> str | None:
+    """The public function the user's code called (the outermost package frame), for errors
+    raised in the op it delegates to (esum builds an add); None for an operator or helper."""
+    f, name = sys._getframe(1), None
+    while f is not None and _internal(f.f_code.co_filename):
+        name = f.f_code.co_name
+        f = f.f_back
+    return name if name and not name.startswith(("_", "<")) else None
+
+
 def user_line() -> str:
     """'file:line' of the innermost frame outside the autobatch package."""
     return where_code(user_site())

@@ -84,7 +84,9 @@ def fast(slow, op, params: str, guard: str, ins: tuple, need: str = None, depth:
     # a file name inside the package: errors raised below (in slow) name the user's line,
     # which errors.user_site finds by skipping the package's frames
     exec(compile(src, f"{__file__}<fast path of {slow.__name__}>", "exec"), ns)
-    return functools.update_wrapper(ns["f"], slow)
+    f = ns["f"]
+    f.__code__ = f.__code__.replace(co_name=slow.__name__)   # errors.called() names the user's call
+    return functools.update_wrapper(f, slow)
 
 
 def _probe(x):

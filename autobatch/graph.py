@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from . import runtime
-from .errors import GraphError, StaleExpressionError, user_line, user_site, where_code
+from .errors import GraphError, StaleExpressionError, called, user_line, user_site, where_code
 from .executor import Executor
 from .ops import ShapeError
 from .ops.fused import FUSED, FUSED_IN
@@ -49,7 +49,9 @@ def _rule(op, ins, attr):
             out = tuple(op.shape(ins, attr))
             out = _SHAPES.setdefault(out, out)
         except ShapeError as e:
-            raise GraphError(f"{e} [op {op.name}, input shapes {list(ins)}, at {user_line()}]") from None
+            api = called()
+            api = f"{api}: " if api and api != op.name else ""
+            raise GraphError(f"{api}{e} [op {op.name}, input shapes {list(ins)}, at {user_line()}]") from None
         if not all(d >= 1 for d in out):
             # checked here, once per pattern: a node of no elements (or a negative dimension)
             # would fail only at the forward, and every forward of its graph after it

@@ -144,6 +144,7 @@ def per_element(f):
                 raise               # a batch inside f's own work: the op that met it is unwrapped
             return _per_element(f, args, kw)
     g._per_element = True
+    g.__code__ = g.__code__.replace(co_name=f.__name__)     # errors.called() names the user's call
     return g
 
 

@@ -361,3 +361,20 @@ def test_setup_errors_name_the_users_line(case):
     pc = dy.ParameterCollection()
     W = pc.add_parameters((3, 4))
     _expect(exc, lambda: make(pc, W), part, src=make)
+
+
+@pytest.mark.parametrize("call, names", [
+    (lambda v2, v3, W, b: dy.esum([v2, v3]), ("esum: add:", "(2,), (3,)")),
+    (lambda v2, v3, W, b: dy.bmax(v2, v3), ("bmax: emax:",)),
+    (lambda v2, v3, W, b: dy.affine_transform([b, v3, W]), ("affine_transform: matmul:", "(3, 4)")),
+    (lambda v2, v3, W, b: dy.affine_transform([b, W, 3.0]), ("affine_transform: expected an Expression",)),
+    (lambda v2, v3, W, b: dy.esum([v2, 1]), ("esum: expected an Expression",)),
+    (lambda v2, v3, W, b: dy.pick([1, 2, 3], 0), ("pick: expected an Expression",)),
+])
+def test_errors_name_the_function_called_not_only_the_op_it_builds(call, names):
+    """esum builds an add, bmax an emax, affine_transform a matmul: the error said only those."""
+    pc = dy.ParameterCollection()
+    W, b = pc.add_parameters((3, 4)), pc.add_parameters(3)
+    dy.renew_cg()
+    _expect(GraphError if "expected" not in names[0] else TypeError,
+            lambda: call(dy.inputVector([1.0, 2]), dy.inputVector([1.0, 2, 3]), W, b), *names, src=call)
