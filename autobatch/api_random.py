@@ -1,7 +1,5 @@
 """DyNet's settable inputs (vecInput, matInput, Expression.set), random tensors and dropout
-variants, and its minibatch functions, which have no meaning here: autobatch has no batch
-dimension (one graph per instance; equal nodes of all instances are batched for you), so
-each of them raises NotImplementedError that shows the per-instance way to write it."""
+variants; its minibatch functions (minibatch.py) are exported from here too."""
 from __future__ import annotations
 
 import math

@@ -2,8 +2,7 @@
 
 Dimensions are numbered as in DyNet: 0 the rows, 1 the columns. A reduction removes its
 dimensions, and a result with none left has shape (1,). DyNet's ``b`` arguments reduce
-over its minibatch dimension as well; autobatch has none (each graph is one instance),
-so only b=False is accepted."""
+over its minibatch dimension as well (see minibatch.py)."""
 from __future__ import annotations
 
 import numbers
@@ -11,9 +10,10 @@ from typing import Sequence
 
 import numpy as np
 
-from .api import _op, _opl, _shape
+from .api import _op, _opl, _shape, sqrt, square
 from .errors import GraphError, user_line
 from .graph import Expression
+from .minibatch import BatchedExpression, mean_batches, sum_batches
 from .params import Parameter
 from .ops import OPS
 from .ops.reduce_dim import ARGMAX_MODES
@@ -49,11 +49,10 @@ def _dims(name: str, d, x) -> tuple:
     return tuple(sorted(ds))
 
 
-def _no_batch(name: str, b, x) -> None:
-    if b:
-        _fail(name, "b=True also reduces over DyNet's minibatch dimension, which autobatch does not "
-              "have (each graph is one instance, batch size 1); pass b=False and combine the "
-              "instances' results yourself", x)
+def _batched(b, x) -> bool:
+    """b=True over a DyNet minibatch: reduce each element, then across the batch (b=True on an
+    expression of batch size 1 is b=False)."""
+    return bool(b) and type(x) is BatchedExpression
 
 
 def _all_dims(x) -> tuple:
@@ -64,14 +63,17 @@ def _all_dims(x) -> tuple:
 def sum_dim(x: Expression, d: Sequence[int], b: bool = False) -> Expression:
     """Σ over the dimensions in d (a list, or one int); they are removed: a (m, n) matrix
     gives (n,) for d=[0], (m,) for d=[1], (1,) for d=[0, 1]."""
-    _no_batch("sum_dim", b, x)
+    if _batched(b, x):
+        return sum_batches(sum_dim(x, d))
     return _op(OPS["sum_dim"], x, attr=_dims("sum_dim", d, x))
 
 
 def moment_dim(x: Expression, d: Sequence[int], r: int, b: bool = False, n: int = 0) -> Expression:
     """Σ x^r / n over the dimensions in d (removed), for an integer order r >= 1; n = 0
     divides by the number of elements reduced, n > 0 by n (for masked padding)."""
-    _no_batch("moment_dim", b, x)
+    if _batched(b, x):
+        per = moment_dim(x, d, r, n=n)
+        return sum_batches(per) if n > 0 else mean_batches(per)
     attr = (_dims("moment_dim", d, x), _int("moment_dim", "the order r", r, x, 1), _int("moment_dim", "n", n, x))
     return _op(OPS["moment_dim"], x, attr=attr)
 
@@ -79,14 +81,17 @@ def moment_dim(x: Expression, d: Sequence[int], r: int, b: bool = False, n: int 
 def mean_dim(x: Expression, d: Sequence[int], b: bool = False, n: int = 0) -> Expression:
     """Mean over the dimensions in d (removed); n > 0 divides the sum by n instead of by
     the number of elements."""
-    _no_batch("mean_dim", b, x)
+    if _batched(b, x):
+        per = mean_dim(x, d, n=n)
+        return sum_batches(per) if n > 0 else mean_batches(per)
     return _op(OPS["moment_dim"], x, attr=(_dims("mean_dim", d, x), 1, _int("mean_dim", "n", n, x)))
 
 
 def std_dim(x: Expression, d: Sequence[int], b: bool = False, n: int = 0) -> Expression:
     """Population standard deviation √(mean((x - μ)²)) over the dimensions in d (removed).
     n is accepted and ignored: DyNet's std_dim has no effect of n either."""
-    _no_batch("std_dim", b, x)
+    if _batched(b, x):              # over the elements and the batch: E[x²] - E[x]²
+        return sqrt(mean_batches(moment_dim(x, d, 2)) - square(mean_batches(mean_dim(x, d))))
     _int("std_dim", "n", n, x)
     return _op(OPS["std_dim"], x, attr=_dims("std_dim", d, x))
 

@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from . import runtime
+from . import minibatch, runtime
 from .api import _graph, _is_param_node, _op, pickrange
 from .errors import GraphError, user_line
 from .graph import Expression
@@ -68,11 +68,10 @@ def strided_select(x, strides: Sequence[int], range_from: Sequence[int] = (),
 
 
 def one_hot(d: int, idx: int) -> Expression:
-    """A constant vector (d,) with 1 at idx and 0 elsewhere. (DyNet's list idx makes a
-    minibatch; autobatch batches for you: build one graph per instance.)"""
-    if isinstance(idx, (list, tuple, np.ndarray)):
-        raise NotImplementedError("one_hot with a list of indices (a DyNet minibatch): autobatch "
-                                  "batches for you; call one_hot(d, i) per instance")
+    """A constant vector (d,) with 1 at idx and 0 elsewhere; a list idx makes DyNet's
+    minibatch of them."""
+    if isinstance(idx, (list, tuple, np.ndarray)):      # DyNet's minibatch: one vector per index
+        return minibatch.batch_of([one_hot(d, i) for i in idx])
     d = _int("one_hot", "d", d, 1)
     i = _int("one_hot", "idx", idx)
     if not 0 <= i < d:

@@ -84,7 +84,7 @@ class BatchedOperand(GraphError):
                                 f"[at {user_line()}]")
 
 
-def _one_or_batch(xs):
+def batch_of(xs):
     xs = list(xs)
     return xs[0] if len(xs) == 1 else BatchedExpression(xs)
 
@@ -128,7 +128,7 @@ def _per_element(f, args, kw, name=None):
     if all(type(o) is Expression for o in outs):
         return BatchedExpression(outs)
     if all(type(o) is tuple for o in outs):
-        return tuple(_one_or_batch(z) for z in zip(*outs))
+        return tuple(batch_of(z) for z in zip(*outs))
     return outs
 
 
@@ -172,13 +172,13 @@ def _per_index(name, f, x, vs, *rest):
     xs = _elements(x)
     if len(xs) > 1 and len(xs) != len(vs):
         raise GraphError(f"{name}: {len(vs)} indices for a batch of {len(xs)} elements [at {user_line()}]")
-    return _one_or_batch(f(xs[k if len(xs) > 1 else 0], v, *rest) for k, v in enumerate(vs))
+    return batch_of(f(xs[k if len(xs) > 1 else 0], v, *rest) for k, v in enumerate(vs))
 
 
 def lookup_batch(p, indices, update: bool = True):
     """Rows ``indices`` of the lookup table p, one per batch element: dim ((d,), len(indices))."""
     from .api import lookup
-    return _one_or_batch(lookup(p, i, update) for i in _ints("lookup_batch", indices))
+    return batch_of(lookup(p, i, update) for i in _ints("lookup_batch", indices))
 
 
 def pick_batch(x, indices, dim: int = 0):
@@ -210,7 +210,7 @@ def pick_batch_elem(x, v: int):
 
 def pick_batch_elems(x, vs):
     """The batch of elements vs of x."""
-    return _one_or_batch(pick_batch_elem(x, v) for v in _ints("pick_batch_elems", vs))
+    return batch_of(pick_batch_elem(x, v) for v in _ints("pick_batch_elems", vs))
 
 
 def concatenate_to_batch(xs):
@@ -222,7 +222,7 @@ def concatenate_to_batch(xs):
     if len(shapes) > 1:
         raise GraphError(f"concatenate_to_batch: elements of shapes {sorted(shapes)}; a batch has one shape "
                          f"[at {user_line()}]")
-    return _one_or_batch(els)
+    return batch_of(els)
 
 
 def sum_batches(x):
@@ -256,7 +256,7 @@ def std_batches(x):
 def dropout_batch(x, p: float):
     """Each batch element dropped whole with probability p (else scaled by 1/(1-p))."""
     from .api_random import block_dropout
-    return _one_or_batch(block_dropout(e, p) for e in _elements(x))
+    return batch_of(block_dropout(e, p) for e in _elements(x))
 
 
 def input_batch(arr):
@@ -264,11 +264,11 @@ def input_batch(arr):
     one per element); a vector gives a batch of (1,) scalars."""
     from .api import inputTensor
     if type(arr) is list and arr and all(isinstance(a, np.ndarray) for a in arr):
-        return _one_or_batch(inputTensor(a) for a in arr)
+        return batch_of(inputTensor(a) for a in arr)
     a = np.asarray(arr)
     if a.ndim == 0:
         return inputTensor(a)
-    return _one_or_batch(inputTensor(a[..., k]) for k in range(a.shape[-1]))
+    return batch_of(inputTensor(a[..., k]) for k in range(a.shape[-1]))
 
 
 def reshape_batch(x, d, batch_size: int):
@@ -282,12 +282,12 @@ def reshape_batch(x, d, batch_size: int):
     m = int(np.prod(d))
     if batch_size == B or batch_size == 1 and m == n:
         # (the second: an element's size, where DyNet refuses: each element, as per instance)
-        return _one_or_batch(reshape(e, d) for e in xs)
+        return batch_of(reshape(e, d) for e in xs)
     if batch_size == 1 and B * n == m:
         return reshape(concatenate([reshape(e, (n,)) for e in xs]), d)
     if B == 1 and batch_size >= 1 and n == m * batch_size:
         flat = reshape(x, (n,))
-        return _one_or_batch(reshape(pickrange(flat, k * m, (k + 1) * m), d) for k in range(batch_size))
+        return batch_of(reshape(pickrange(flat, k * m, (k + 1) * m), d) for k in range(batch_size))
     raise GraphError(f"reshape: {B} element(s) of shape {xs[0].dim()[0]} cannot become {batch_size} of shape "
                      f"{d} [at {user_line()}]")
 
@@ -298,7 +298,7 @@ def repeat(name: str, batch_size, make):
         return make()
     if not isinstance(batch_size, (numbers.Integral, np.integer)) or batch_size < 1:
         raise GraphError(f"{name}: batch_size must be an int >= 1, got {batch_size!r} [at {user_line()}]")
-    return _one_or_batch(make() for _ in range(int(batch_size)))
+    return batch_of(make() for _ in range(int(batch_size)))
 
 
 BATCH_FUNCTIONS = ["lookup_batch", "pick_batch", "pick_batch_elem", "pick_batch_elems",

@@ -274,9 +274,9 @@ def test_errors_name_the_op_and_leave_the_graph_usable(name):
     assert dy.sum_elems(ok * 2).scalar_value() == 6.0
 
 
-def test_one_hot_minibatch_is_not_supported():
-    with pytest.raises(NotImplementedError, match="one_hot"):
-        dy.one_hot(3, [0, 1])
+def test_one_hot_of_a_list_is_a_minibatch():
+    e = dy.one_hot(3, [0, 2])
+    assert e.dim() == ((3,), 2) and e.npvalue().tolist() == [[1, 0], [0, 0], [0, 1]]
 
 
 def test_public_names():

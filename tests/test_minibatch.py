@@ -242,3 +242,17 @@ def test_every_op_runs_per_element_on_batched_operands(P):
     assert not bad, "\n".join(bad)
     assert len(rows) > 100
     assert len(ran) >= 0.9 * len(rows), f"only {len(ran)} rows ran; through private functions: {private}"
+
+
+def test_reductions_over_the_batch_too():
+    """b=True reduces over the batch as well, as DyNet's; on an unbatched expression it is b=False."""
+    a = np.arange(12.0).reshape(2, 3, 2)          # elements (2, 3), batch 2
+    dy.renew_cg()
+    x = dy.inputTensor(a, batched=True)
+    np.testing.assert_allclose(dy.sum_dim(x, [0], True).npvalue(), a.sum(axis=(0, 2)))
+    np.testing.assert_allclose(dy.mean_dim(x, [1], True).npvalue(), a.mean(axis=(1, 2)))
+    np.testing.assert_allclose(dy.mean_dim(x, [0], True, 5).npvalue(), a.sum(axis=(0, 2)) / 5)
+    np.testing.assert_allclose(dy.moment_dim(x, [0], 2, True).npvalue(), (a ** 2).mean(axis=(0, 2)))
+    np.testing.assert_allclose(dy.std_dim(x, [0], True).npvalue(), a.std(axis=(0, 2)), rtol=1e-5)
+    assert dy.sum_dim(x, [0]).dim() == ((3,), 2)
+    assert dy.sum_dim(dy.inputVector([1.0, 2.0]), [0], True).value() == 3.0
