@@ -180,18 +180,24 @@ def _dim(d) -> tuple:
     return tuple(int(k) for k in ks)
 
 
-def zeros(dim) -> Expression:
-    """A constant of shape ``dim`` filled with 0."""
+def zeros(dim, batch_size: int = 1) -> Expression:
+    """A constant of shape ``dim`` filled with 0 (batch_size > 1: DyNet's minibatch of them)."""
+    if batch_size != 1:
+        return minibatch.repeat("zeros", batch_size, lambda: zeros(dim))
     return _graph().add(OPS["constant"], (), (_dim(dim), 0.0))
 
 
-def ones(dim) -> Expression:
-    """A constant of shape ``dim`` filled with 1."""
+def ones(dim, batch_size: int = 1) -> Expression:
+    """A constant of shape ``dim`` filled with 1 (batch_size > 1: DyNet's minibatch of them)."""
+    if batch_size != 1:
+        return minibatch.repeat("ones", batch_size, lambda: ones(dim))
     return _graph().add(OPS["constant"], (), (_dim(dim), 1.0))
 
 
-def constant(dim, val: float) -> Expression:
-    """A constant of shape ``dim`` filled with ``val``."""
+def constant(dim, val: float, batch_size: int = 1) -> Expression:
+    """A constant of shape ``dim`` filled with ``val`` (batch_size > 1: DyNet's minibatch)."""
+    if batch_size != 1:
+        return minibatch.repeat("constant", batch_size, lambda: constant(dim, val))
     if not isinstance(val, numbers.Real):
         raise GraphError(f"constant: val must be a number, got {val!r} [at {user_line()}]")
     return _graph().add(OPS["constant"], (), (_dim(dim), float(val)))

@@ -64,7 +64,7 @@ def sum_dim(x: Expression, d: Sequence[int], b: bool = False) -> Expression:
     """Σ over the dimensions in d (a list, or one int); they are removed: a (m, n) matrix
     gives (n,) for d=[0], (m,) for d=[1], (1,) for d=[0, 1]."""
     if _batched(b, x):
-        return sum_batches(sum_dim(x, d))
+        return sum_batches(sum_dim(x, d) if len(d if not isinstance(d, numbers.Integral) else [d]) else x)
     return _op(OPS["sum_dim"], x, attr=_dims("sum_dim", d, x))
 
 

@@ -19,7 +19,7 @@ from . import recipes, runtime
 from .api_reduce import layer_norm
 from .errors import GraphError, user_line
 from .graph import Expression
-from .minibatch import BatchedExpression, run_per_element
+from .minibatch import BatchedExpression, batch_of, run_per_element
 from .params import ConstInitializer, ParameterCollection
 
 __all__ = ["RNNState", "VanillaLSTMBuilder", "LSTMBuilder", "SimpleRNNBuilder", "GRUBuilder"]
@@ -51,6 +51,8 @@ class _Run:
         """c as the (H,) cell vector: itself, or the slice of an lstm_cell output."""
         if _shape_of(c) == (H,):
             return c
+        if type(c) is BatchedExpression:        # DyNet's minibatch: each element's
+            return batch_of([self.cell(e, H) for e in c.xs])
         e = self.cells.get(c.i)
         if e is None:
             e = self.cells[c.i] = dy.pickrange(c, H, 2 * H)
@@ -223,6 +225,7 @@ class _Builder:
     def _check_vecs(self, es: list, n: int, where: str) -> list:
         if len(es) != n:
             raise GraphError(f"{type(self).__name__}.{where}: needs {n} vectors, got {len(es)} [at {user_line()}]")
+        es = [dy.reshape(e, (self.hidden_dim,)) if _shape_of(e) == (self.hidden_dim, 1) else e for e in es]
         for e in es:
             if _shape_of(e) != (self.hidden_dim,):
                 raise GraphError(f"{type(self).__name__}.{where}: state vectors must have shape "
@@ -242,6 +245,8 @@ class _Builder:
         return self._check_vecs(es, L, where), None
 
     def _step(self, state: RNNState, x: Expression) -> RNNState:
+        if _shape_of(x) == (self.input_dim, 1):      # a column passes for a vector, as in DyNet
+            x = dy.reshape(x, (self.input_dim,))
         if _shape_of(x) != (self.input_dim,):
             raise GraphError(f"{type(self).__name__}.add_input: input must have shape ({self.input_dim},), "
                              f"got {_shape_of(x)} [at {user_line()}]")

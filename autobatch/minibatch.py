@@ -45,11 +45,15 @@ class BatchedExpression:
         self.forward(recalculate)
         return np.stack([x.npvalue() for x in self.xs], axis=-1)
 
-    def value(self, recalculate: bool = False) -> list:
+    def value(self, recalculate: bool = False):
+        """As DyNet's: the flat list of all elements' values in turn for vectors and scalars,
+        npvalue() for matrices and tensors."""
+        v = self.npvalue(recalculate)
+        return v if v.ndim > 2 else v.reshape(-1, order="F").tolist()
+
+    def vec_value(self, recalculate: bool = False) -> list:
         """All elements' values in turn as one flat list (each column-major), as DyNet's."""
         return self.npvalue(recalculate).reshape(-1, order="F").tolist()
-
-    vec_value = value
 
     def tensor_value(self, recalculate: bool = False):
         return self.npvalue(recalculate)

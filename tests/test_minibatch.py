@@ -256,3 +256,34 @@ def test_reductions_over_the_batch_too():
     np.testing.assert_allclose(dy.std_dim(x, [0], True).npvalue(), a.std(axis=(0, 2)), rtol=1e-5)
     assert dy.sum_dim(x, [0]).dim() == ((3,), 2)
     assert dy.sum_dim(dy.inputVector([1.0, 2.0]), [0], True).value() == 3.0
+
+
+def test_builders_take_columns_and_batched_states():
+    """DyNet's attention step feeds an LSTM [context; emb] with the context a column (n, 1);
+    an LSTM state that saw a batch answers s() with the batch's cells."""
+    pc = dy.ParameterCollection()
+    lstm = dy.LSTMBuilder(1, 5, 2, pc)
+    gru = dy.GRUBuilder(1, 5, 3, pc)
+    dy.renew_cg()
+    col = dy.inputTensor(np.ones((5, 1)))
+    vec = dy.inputVector(np.ones(5))
+    np.testing.assert_allclose(lstm.initial_state().add_input(col).output().npvalue(),
+                               lstm.initial_state().add_input(vec).output().npvalue())
+    xb = dy.inputTensor(np.arange(15.0).reshape(5, 1, 3) / 15, batched=True)       # ((5, 1), 3)
+    s = lstm.initial_state().add_input(xb)
+    assert s.output().dim() == ((2,), 3) and [e.dim() for e in s.s()] == [((2,), 3), ((2,), 3)]
+    np.testing.assert_allclose(s.s()[0].npvalue()[:, 1],
+                               lstm.initial_state().add_input(dy.pick_batch_elem(xb, 1)).s()[0].npvalue())
+    h0 = dy.inputTensor(np.ones((3, 1, 2)), batched=True)                            # columns, batch 2
+    assert gru.initial_state([h0]).add_input(dy.inputTensor(np.ones((5, 2)), batched=True)).output().dim() == \
+        ((3,), 2)
+
+
+def test_constants_with_a_batch_size_and_values_of_batched_matrices():
+    dy.renew_cg()
+    assert dy.zeros(2, batch_size=3).dim() == ((2,), 3) and dy.ones((2,), batch_size=3).npvalue().sum() == 6
+    assert dy.constant((2,), 0.5, batch_size=2).npvalue().tolist() == [[0.5, 0.5], [0.5, 0.5]]
+    m = dy.inputTensor(np.arange(12.0).reshape(2, 3, 2), batched=True)
+    assert isinstance(m.value(), np.ndarray) and m.value().shape == (2, 3, 2)      # as DyNet: npvalue()
+    assert len(m.vec_value()) == 12
+    np.testing.assert_array_equal(dy.sum_dim(m, [], True).npvalue(), np.arange(12.0).reshape(2, 3, 2).sum(-1))
