@@ -67,6 +67,7 @@ class Executor:
         self.done = 0             # nodes [0, done) are computed
         self.batches: list = []
         self.gbuf = None          # the last backward's gradients, for Expression.gradient()
+        self.pgrads: dict = {}    # parameter -> its part of the last backward (Executor._collect)
         self.runs: list = []      # (first node, batch count, arena top) at each forward's start
         # every node made a view of its input's memory (op.view) since the last invalidate;
         # entries of views undone later only cost _disjoint its fast path
@@ -87,6 +88,7 @@ class Executor:
         memory.give(self.buf)
         memory.give(self.gbuf)
         self.buf = self.gbuf = None
+        self.pgrads = {}
         self.g = None
 
     def invalidate(self):
@@ -101,6 +103,7 @@ class Executor:
         self.runs = []
         memory.give(self.gbuf)
         self.gbuf = None
+        self.pgrads = {}
 
     def truncate(self, n):
         """The graph keeps only nodes [0, n) (cg_revert): forget the forwards that computed
@@ -426,7 +429,16 @@ class Executor:
         """d(last backward's loss)/d(node i), or None if the last backward did not reach i."""
         p = self.g.ext.get(i)
         if p is not None:
-            return p.grad
+            # this graph's last backward's part, as DyNet's (p.grad holds the sum since the update)
+            if self.gbuf is None:
+                return None
+            dense, rows = self.pgrads.get(p, (None, ()))
+            out = self.xp.zeros_like(p.grad)
+            for gr in rows:
+                self.be.add_rows(out, gr.rows, gr.vals)
+            if dense is not None:
+                out += dense
+            return out
         if self.gbuf is None or i >= len(self.offs):
             return None
         if any(type(b) is ViewBatch and i in b.ids for b in self.batches):
@@ -469,7 +481,7 @@ class Executor:
             self._collect()
         for p, (dense, rows) in self._pending.items():
             self._apply(p, dense, rows)
-        self._pending = {}
+        self.pgrads, self._pending = self._pending, {}     # for gradient() of a parameter's node
         self.gbuf, self.gtop = gbuf, self.top    # kept until the graph changes or is renewed
         t1 = time.perf_counter()
         st.backward_batches += nb

@@ -14,6 +14,8 @@ import time
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
+
 from . import runtime
 from .errors import GraphError, StaleExpressionError, called, user_line, user_site, where_code
 from .executor import Executor
@@ -607,6 +609,13 @@ class _DebugGraph(ThroughAdd, ComputationGraph):
         return e
 
 
+class Tensor(np.ndarray):
+    """What tensor_value() returns: a NumPy array with DyNet's Tensor.as_numpy()."""
+
+    def as_numpy(self) -> np.ndarray:
+        return self.view(np.ndarray)
+
+
 class Expression:
     """A handle to one node of one graph. Cheap: two slots, and no __init__: ``Expression()``
     with two slot stores costs a third less than a call of __init__ or of __new__; make one
@@ -655,7 +664,8 @@ class Expression:
         return self.npvalue(recalculate).reshape(-1, order="F").tolist()
 
     def tensor_value(self, recalculate: bool = False):
-        return self.npvalue(recalculate)
+        """npvalue() as DyNet's Tensor: an array that also answers as_numpy()."""
+        return self.npvalue(recalculate).view(Tensor)
 
     def dim(self):
         """(shape, batch size) as in DyNet; batch size is always 1 here."""
@@ -671,8 +681,8 @@ class Expression:
         """d(loss)/d(this node) from the last backward() of its graph, as a NumPy array of
         this node's shape. Nodes that no parameter depends on (inputs, constants) get one
         only from backward(full=True); before any backward, this is an error. A parameter's
-        node answers with the parameter's gradient, summed over the backwards since the
-        last update (DyNet's answers with this graph's part of it alone)."""
+        node answers with its part of the last backward, as DyNet's (the parameter's
+        grad_as_array() holds the sum since the last update)."""
         self._check()
         g = self.cg
         gr = g.exe.gradient(self.i)

@@ -56,7 +56,8 @@ class BatchedExpression:
         return self.npvalue(recalculate).reshape(-1, order="F").tolist()
 
     def tensor_value(self, recalculate: bool = False):
-        return self.npvalue(recalculate)
+        from .graph import Tensor
+        return self.npvalue(recalculate).view(Tensor)
 
     def scalar_value(self, recalculate: bool = False) -> float:
         raise GraphError(f"scalar_value() of a batch of {len(self.xs)} elements of shape {self.dim()[0]}; "

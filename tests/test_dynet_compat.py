@@ -241,3 +241,39 @@ def test_values_of_one_element_matrices_and_step_slices():
     assert dy.reshape(v, (2, 2), batch_size=1).npvalue().tolist() == [[1.0, 3.0], [2.0, 4.0]]
     with pytest.raises(dy.GraphError, match=r"cannot become 2 of shape \(2, 2\)"):
         dy.reshape(v, (2, 2), batch_size=2)
+
+
+def test_a_parameter_nodes_gradient_is_this_backwards_part():
+    """As DyNet 2.1: the node's gradient is what the graph's last backward gave it, while the
+    parameter's grad_as_array() sums every backward since the last update."""
+    m = dy.ParameterCollection()
+    W = m.add_parameters((2, 2), init=np.eye(2))
+    dy.renew_cg()
+    We = dy.parameter(W)
+    dy.sum_elems(We * dy.inputVector([1.0, 2.0])).backward()
+    assert We.gradient().tolist() == [[1.0, 2.0], [1.0, 2.0]]
+    dy.renew_cg()
+    We = dy.parameter(W)
+    x = dy.inputVector([3.0, 4.0])
+    with pytest.raises(dy.GraphError, match="call backward"):
+        We.gradient()
+    dy.sum_elems(We * x).backward()
+    assert We.gradient().tolist() == [[3.0, 4.0], [3.0, 4.0]]
+    assert W.grad_as_array().tolist() == [[4.0, 6.0], [4.0, 6.0]]
+    (dy.sum_elems(We * x) * 2).backward()
+    assert We.gradient().tolist() == [[6.0, 8.0], [6.0, 8.0]]
+    E = m.add_lookup_parameters((3, 2))
+    dy.renew_cg()
+    Ee = dy.parameter(E)                          # the whole table, (2, 3) as DyNet's
+    dy.sum_elems(E[1] * 3.0).backward()           # a lookup of its own: nothing reaches Ee (DyNet: zeros)
+    assert Ee.gradient().tolist() == [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    dy.renew_cg()
+    Ee = dy.parameter(E)
+    dy.sum_elems(Ee * dy.inputVector([0.0, 2.0, 0.0])).backward()
+    assert Ee.gradient().tolist() == [[0.0, 2.0, 0.0], [0.0, 2.0, 0.0]]
+
+
+def test_tensor_value_answers_as_numpy():
+    dy.renew_cg()
+    t = dy.inputVector([1.0, 2.0]).tensor_value()
+    assert type(t.as_numpy()) is np.ndarray and t.as_numpy().tolist() == [1.0, 2.0] and t.tolist() == [1.0, 2.0]
