@@ -7,8 +7,9 @@ which the scheduler batches as it batches any instances. So hand-batched program
 second op set and no second batching mechanism, only this bookkeeping at the API.
 
 DyNet's rules: operands of one op have equal batch sizes, or size 1 (broadcast); a batch of
-one is an ordinary expression; ``npvalue()`` puts the batch last, ``value()`` is the flat list
-of the elements' values in turn; ``backward()`` needs one element (``sum_batches`` first)."""
+one is an ordinary expression; ``npvalue()`` puts the batch last, ``value()`` of vectors is the
+flat list of the elements' values in turn; ``backward()`` needs one element (``sum_batches``
+first)."""
 from __future__ import annotations
 
 import functools
@@ -90,6 +91,7 @@ class BatchedOperand(GraphError):
 
 
 def batch_of(xs):
+    """The Expressions xs as a batch (one is an ordinary expression, as DyNet's batch of one)."""
     xs = list(xs)
     return xs[0] if len(xs) == 1 else BatchedExpression(xs)
 
@@ -108,7 +110,7 @@ def _sizes(args):
 
 
 def _at(a, k):
-    """Operand a for batch element k (batched ones give their element, or their one)."""
+    """Operand a for batch element k: a batch (or a list's batches) gives element k."""
     t = type(a)
     if t is BatchedExpression:
         return a.xs[k]
