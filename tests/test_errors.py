@@ -378,3 +378,16 @@ def test_errors_name_the_function_called_not_only_the_op_it_builds(call, names):
     dy.renew_cg()
     _expect(GraphError if "expected" not in names[0] else TypeError,
             lambda: call(dy.inputVector([1.0, 2]), dy.inputVector([1.0, 2, 3]), W, b), *names, src=call)
+
+
+def test_a_singular_inverse_is_nan_and_leaves_its_batch_and_graph_working(m):
+    """np.linalg.inv raised for the whole batch, at every later forward of the graph."""
+    dy.renew_cg("agenda")
+    bad = dy.inverse(dy.inputTensor(np.ones((2, 2))))
+    fine = dy.inverse(dy.inputTensor(np.array([[2.0, 0.0], [0.0, 4.0]])))      # batched with bad
+    dy.forward([bad, fine])
+    assert np.isnan(bad.npvalue()).all()
+    np.testing.assert_allclose(fine.npvalue(), [[0.5, 0.0], [0.0, 0.25]])
+    _works(m)
+    with pytest.raises(NonFiniteError, match="inverse"):
+        dy.sum_elems(bad).backward()

@@ -344,3 +344,24 @@ def test_misuse_inside_f_is_named():
     with pytest.raises(dy.GraphError, match=r"v.pull\('x'\) is a per-vertex id"):
         ids_as_values([dy.InputGraph.chain(1)], x=[[3]])
     assert ids_as_values([dy.InputGraph.chain(1)], x=[[3.0]])["y"].value() == 6.0
+
+
+def test_a_parameter_or_a_minibatch_as_an_input():
+    """A Parameter's rows, or a DyNet minibatch's elements, one per vertex (both were read as
+    one value: '1 values for 3 vertices')."""
+    pc = dy.ParameterCollection()
+    P = pc.add_parameters((3, 2), init=np.arange(6.0).reshape(3, 2) / 10)
+    E = pc.add_lookup_parameters((5, 2), init=np.arange(10.0).reshape(5, 2) / 10)
+
+    @dy.vertex_function(max_children=0)
+    def F(v):
+        v.push("y", dy.tanh(v.pull("x")))
+    g = [dy.InputGraph([[]] * 3)]
+    dy.renew_cg()
+    y = F(g, x=P)["y"]
+    np.testing.assert_allclose(y.npvalue(), np.tanh(np.arange(6.0).reshape(3, 2) / 10), rtol=1e-6)
+    dy.sum_elems(y).backward()
+    np.testing.assert_allclose(P.grad_as_array(), 1 - np.tanh(np.arange(6.0).reshape(3, 2) / 10) ** 2, rtol=1e-5)
+    dy.renew_cg()
+    y = F(g, x=dy.lookup_batch(E, [1, 2, 4]))["y"]
+    np.testing.assert_allclose(y.npvalue(), np.tanh(np.arange(10.0).reshape(5, 2)[[1, 2, 4]] / 10), rtol=1e-6)

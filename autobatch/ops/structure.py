@@ -9,6 +9,8 @@ Biases are always stacked: a parameter in a stacked slot already arrives as a br
 view (no copy), and a computed bias then still batches."""
 from __future__ import annotations
 
+import numpy as np
+
 from .base import Op, ProductGrad, ShapeError, prod, register
 
 
@@ -534,6 +536,22 @@ def _mats(x):
     return x.reshape(x.shape[0], 1, 1) if x.ndim == 2 else x
 
 
+def _inv(xp, m):
+    """Inverses of a stack of matrices; a singular one gives NaN (as Eigen's, in DyNet, gives
+    non-finite values) instead of an error that would fail every later forward of its graph,
+    and the other matrices of its batch keep their inverses."""
+    try:
+        return xp.linalg.inv(m)
+    except np.linalg.LinAlgError:
+        out = xp.empty_like(m)
+        for k in range(m.shape[0]):
+            try:
+                out[k] = xp.linalg.inv(m[k])
+            except np.linalg.LinAlgError:
+                out[k] = xp.nan
+        return out
+
+
 @register
 class Inverse(Op):
     """inverse(x) of square matrices, batched; backward -Yᵀ·gy·Yᵀ from the output Y."""
@@ -545,7 +563,7 @@ class Inverse(Op):
         return shapes[0]
 
     def forward(self, xp, xs, attr, data):
-        return xp.linalg.inv(_mats(xs[0])).reshape(xs[0].shape)
+        return _inv(xp, _mats(xs[0])).reshape(xs[0].shape)
 
     def backward(self, xp, xs, y, gy, attr, data):
         yt = _mats(y).transpose(0, 2, 1)
@@ -571,5 +589,5 @@ class LogDet(Op):
         return out.reshape(-1, 1)
 
     def backward(self, xp, xs, y, gy, attr, data):
-        inv = xp.linalg.inv(_mats(xs[0])).transpose(0, 2, 1)
+        inv = _inv(xp, _mats(xs[0])).transpose(0, 2, 1)
         return [(gy[:, :, None] * inv).reshape(xs[0].shape)]

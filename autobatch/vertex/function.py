@@ -12,6 +12,8 @@ import numpy as np
 from .. import runtime
 from ..errors import GraphError, GraphIndexError, StaleExpressionError, user_line
 from ..graph import Expression, cg
+from ..minibatch import BatchedExpression
+from ..params import Parameter
 from ..ops import OPS
 from .engine import Run
 from .graphdata import InputGraph
@@ -55,6 +57,11 @@ def _pull_source(fname, name, src, sizes, N, g):
             rows.append(it)
         return rows
 
+    if isinstance(src, Parameter):                    # a parameter's rows, one per vertex
+        from ..api import parameter
+        src = parameter(src)
+    elif type(src) is BatchedExpression:              # DyNet's minibatch: an element per vertex
+        src = list(src.xs)
     if type(src) is Expression:                       # one Expression, a row per vertex
         s = g.shapes[exprs_of([src])[0].i]
         if not s or s[0] != N:
