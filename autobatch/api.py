@@ -112,6 +112,13 @@ def _seq(name: str, xs) -> list:
     return list(xs)
 
 
+def object_numbers(name: str, a, dtype):
+    """An object array of numbers as dtype; None or any other object is refused."""
+    if not all(isinstance(v, numbers.Real) for v in a.flat):
+        raise GraphError(f"{name}: expected numbers, got None or objects [at {user_line()}]")
+    return a.astype(dtype)
+
+
 def _numbers(name: str, v):
     """v as an array of the graph's dtype; None, strings and ragged lists are refused (NumPy
     would make None a NaN, silently)."""
@@ -119,9 +126,10 @@ def _numbers(name: str, v):
         a = np.asarray(v)
     except ValueError:
         raise GraphError(f"{name}: values of ragged shape [at {user_line()}]") from None
+    if a.dtype.kind == "O":                 # numbers as objects (pandas) pass; None (NaN to NumPy) does not
+        return object_numbers(name, a, _S.dtype)
     if a.dtype.kind not in "biuf":
-        raise GraphError(f"{name}: expected numbers, got {a.dtype if a.dtype.kind != 'O' else 'None or objects'} "
-                         f"[at {user_line()}]")
+        raise GraphError(f"{name}: expected numbers, got {a.dtype} [at {user_line()}]")
     return a.astype(_S.dtype, copy=False)
 
 

@@ -8,7 +8,7 @@ import numbers
 import numpy as np
 
 from . import runtime
-from .api import _dim, _graph, _id, _seed, _shape, parameter, unchanged, zeros
+from .api import _dim, _graph, _id, _seed, _shape, object_numbers, parameter, unchanged, zeros
 from .errors import GraphError, user_line
 from .graph import ComputationGraph, Expression
 from .minibatch import (concatenate_to_batch, dropout_batch, hinge_batch, lookup_batch, mean_batches,  # noqa: F401
@@ -83,7 +83,9 @@ def _input_values(g, i, values):
     shape, size = g.shapes[i], g.sizes[i]
     try:
         a = np.array(values)                      # a copy: later changes to values do not leak in
-        if a.dtype.kind not in "biuf":            # None would become NaN
+        if a.dtype.kind == "O":                   # numbers as objects pass; None (NaN to NumPy) does not
+            a = object_numbers("set", a, g.dtype)
+        if a.dtype.kind not in "biuf":
             raise TypeError
         a = a.astype(g.dtype, copy=False)
     except (TypeError, ValueError):

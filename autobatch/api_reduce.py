@@ -10,10 +10,10 @@ from typing import Sequence
 
 import numpy as np
 
-from .api import _op, _opl, _shape, sqrt, square
+from .api import _op, _opl, _shape, reshape, sqrt, square
 from .errors import GraphError, user_line
 from .graph import Expression
-from .minibatch import BatchedExpression, mean_batches, sum_batches
+from .minibatch import BatchedExpression, mean_batches, std_batches, sum_batches
 from .params import Parameter
 from .ops import OPS
 from .ops.reduce_dim import ARGMAX_MODES
@@ -49,6 +49,19 @@ def _dims(name: str, d, x) -> tuple:
     return tuple(sorted(ds))
 
 
+def _some(d) -> bool:
+    """d names a dimension (an empty list reduces over the minibatch alone)."""
+    return isinstance(d, (numbers.Integral, np.integer)) or len(d) > 0
+
+
+def _moment_over_batch(x, d, r, n):
+    """Σ x^r over the dimensions d and DyNet's minibatch, / n (n > 0) or / the count."""
+    per = moment_dim(x, d, r, n=n) if _some(d) else (x if r == 1 else x ** r)
+    if n > 0:
+        return sum_batches(per) * (1.0 if _some(d) else 1.0 / n)
+    return mean_batches(per)
+
+
 def _batched(b, x) -> bool:
     """b=True over a DyNet minibatch: reduce each element, then across the batch (b=True on an
     expression of batch size 1 is b=False)."""
@@ -64,7 +77,7 @@ def sum_dim(x: Expression, d: Sequence[int], b: bool = False) -> Expression:
     """Σ over the dimensions in d (a list, or one int); they are removed: a (m, n) matrix
     gives (n,) for d=[0], (m,) for d=[1], (1,) for d=[0, 1]."""
     if _batched(b, x):
-        return sum_batches(sum_dim(x, d) if len(d if not isinstance(d, numbers.Integral) else [d]) else x)
+        return sum_batches(sum_dim(x, d) if _some(d) else x)
     return _op(OPS["sum_dim"], x, attr=_dims("sum_dim", d, x))
 
 
@@ -72,8 +85,7 @@ def moment_dim(x: Expression, d: Sequence[int], r: int, b: bool = False, n: int 
     """Σ x^r / n over the dimensions in d (removed), for an integer order r >= 1; n = 0
     divides by the number of elements reduced, n > 0 by n (for masked padding)."""
     if _batched(b, x):
-        per = moment_dim(x, d, r, n=n)
-        return sum_batches(per) if n > 0 else mean_batches(per)
+        return _moment_over_batch(x, d, r, n)
     attr = (_dims("moment_dim", d, x), _int("moment_dim", "the order r", r, x, 1), _int("moment_dim", "n", n, x))
     return _op(OPS["moment_dim"], x, attr=attr)
 
@@ -82,16 +94,20 @@ def mean_dim(x: Expression, d: Sequence[int], b: bool = False, n: int = 0) -> Ex
     """Mean over the dimensions in d (removed); n > 0 divides the sum by n instead of by
     the number of elements."""
     if _batched(b, x):
-        per = mean_dim(x, d, n=n)
-        return sum_batches(per) if n > 0 else mean_batches(per)
+        return _moment_over_batch(x, d, 1, n)
     return _op(OPS["moment_dim"], x, attr=(_dims("mean_dim", d, x), 1, _int("mean_dim", "n", n, x)))
 
 
 def std_dim(x: Expression, d: Sequence[int], b: bool = False, n: int = 0) -> Expression:
     """Population standard deviation √(mean((x - μ)²)) over the dimensions in d (removed).
     n is accepted and ignored: DyNet's std_dim has no effect of n either."""
-    if _batched(b, x):              # over the elements and the batch: E[x²] - E[x]²
-        return sqrt(mean_batches(moment_dim(x, d, 2)) - square(mean_batches(mean_dim(x, d))))
+    if _batched(b, x):
+        if not _some(d):
+            return std_batches(x)
+        m = _moment_over_batch(x, d, 1, 0)          # the mean, kept dimensions; then broadcast back
+        shape = x.dim()[0]
+        m = reshape(m, tuple(1 if k in _dims("std_dim", d, x) else s for k, s in enumerate(shape)))
+        return sqrt(_moment_over_batch(square(x - m), d, 1, 0))
     _int("std_dim", "n", n, x)
     return _op(OPS["std_dim"], x, attr=_dims("std_dim", d, x))
 

@@ -206,15 +206,16 @@ class _Builder:
         return self.initial_state(None if vecs is None else [dy.inputVector(v) for v in vecs], update)
 
     # --- internals -------------------------------------------------------------------
-    def _masks(self):
+    def _masks(self, batch_size: int = 1):
         """Variational builders: one mask per layer on its input x (rate dropout) and on h_prev
-        (rate dropout_h), drawn once per initial_state(); (None, None) when off."""
+        (rate dropout_h), drawn once per initial_state(); (None, None) when off. batch_size > 1:
+        DyNet's minibatch, a mask per element."""
         if not self._variational or not runtime.state().dropout or (self.dropout == 0 and self.dropout_h == 0):
             return None, None
         H = self.hidden_dim
 
         def masks(p, dims):
-            return [dy.dropout(dy.ones(d), p) for d in dims] if p > 0 else [None] * len(dims)
+            return [dy.dropout(dy.ones(d, batch_size), p) for d in dims] if p > 0 else [None] * len(dims)
         mx = masks(self.dropout, [self.input_dim] + [H] * (self.layers - 1))
         mh = masks(self.dropout_h, [H] * self.layers)
         return mx, mh
@@ -410,13 +411,13 @@ class VanillaLSTMBuilder(_Builder):
         """New dropout masks for the sequence the last initial_state() began (in the current
         graph): its following steps use them, as DyNet's. initial_state() already draws
         masks, so calling this right after it changes nothing but which masks are drawn.
-        batch_size is accepted for DyNet programs: every sequence has its own masks anyway."""
+        batch_size: a DyNet minibatch's size, for a mask per element."""
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"set_dropout_masks: batch_size must be a positive int, got {batch_size!r} [at "
                              f"{user_line()}]")
         run = self._last_run() if self._last_run is not None else None
         if run is not None and run.exprs[0][0].cg is dy._S.graph:
-            run.masks_x, run.masks_h = self._masks()
+            run.masks_x, run.masks_h = self._masks(batch_size)
 
     def _make_layer(self, in_dim: int) -> list:
         H = self.hidden_dim

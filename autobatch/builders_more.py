@@ -16,6 +16,7 @@ from . import runtime
 from .builders import VanillaLSTMBuilder, _Builder, _shape_of
 from .errors import GraphError, user_line
 from .graph import Expression
+from .minibatch import BatchedExpression
 from .params import ConstInitializer, ParameterCollection
 
 __all__ = ["CompactVanillaLSTMBuilder", "CoupledLSTMBuilder", "FastLSTMBuilder", "BiRNNBuilder",
@@ -340,9 +341,14 @@ class SoftmaxBuilder:
         raise NotImplementedError(f"{type(self).__name__}.sample")
 
     def neg_log_softmax_batch(self, x, c, update: bool = True):
-        raise GraphError(f"{type(self).__name__}.neg_log_softmax_batch: autobatch has no minibatch "
-                         "dimension; call neg_log_softmax once per instance (they batch) "
-                         f"[at {user_line()}]")
+        """neg_log_softmax of each element of DyNet's minibatch x with its class c[k]."""
+        from .minibatch import batch_of
+        xs = list(x.xs) if type(x) is BatchedExpression else [x]
+        cs = list(c)
+        if len(xs) > 1 and len(xs) != len(cs):
+            raise GraphError(f"{type(self).__name__}.neg_log_softmax_batch: {len(cs)} classes for a batch of "
+                             f"{len(xs)} [at {user_line()}]")
+        return batch_of(self.neg_log_softmax(xs[k if len(xs) > 1 else 0], ck, update) for k, ck in enumerate(cs))
 
     def _rep(self, x: Expression) -> Expression:
         if _shape_of(x) != (self.rep_dim,):

@@ -430,8 +430,9 @@ class Executor:
         """d(last backward's loss)/d(node i), or None if the last backward did not reach i."""
         p = self.g.ext.get(i)
         if p is not None:
-            # this graph's last backward's part, as DyNet's (p.grad holds the sum since the update)
-            if self.gbuf is None:
+            # this graph's last backward's part, as DyNet's (p.grad holds the sum since the update);
+            # a constant node (update=False) gets none here
+            if self.gbuf is None or not self.g.needs[i]:
                 return None
             dense, rows = self.pgrads.get(p, (None, ()))
             out = self.xp.zeros_like(p.grad)
@@ -514,7 +515,7 @@ class Executor:
                 n = sum(map(reach.__getitem__, b.ids))
                 if n == 0:
                     continue
-                if n < len(b.ids) and not b.wide and b.y.shape[0] == len(b.ids):
+                if n < len(b.ids) and not b.wide:
                     nb += 1
                     self._rows_backward(gbuf, b, needs, reach)
                     continue
@@ -545,16 +546,23 @@ class Executor:
 
     def _rows_backward(self, gbuf, b, needs, reach):
         """A batch's backward one node at a time, over the nodes the loss depends on (the
-        careful sweep of _backward): the rows of the others never meet a zero gradient."""
+        careful sweep of _backward): the rows of the others never meet a zero gradient. Node k
+        is row k of the batch's blocks, or (an elementwise batch of mixed sizes, flat blocks)
+        its segment of them."""
         g, xp = self.g, self.xp
         gy_all = gbuf[b.out:b.out + b.n].reshape(b.y.shape)
         shared = b.op.shared_of(len(g.args[b.ids[0]]))
+        if b.y.shape[0] == len(b.ids):
+            ends = range(len(b.ids) + 1)
+        else:
+            ends = list(itertools.accumulate(map(g.sizes.__getitem__, b.ids), initial=0))
         for k, node in enumerate(b.ids):
             if not reach[node]:
                 continue
-            xs = [x if j in shared else x[k:k + 1] for j, x in enumerate(b.xs)]
+            lo, hi = ends[k], ends[k + 1]
+            xs = [x if j in shared else x[lo:hi] for j, x in enumerate(b.xs)]
             data = None if b.data is None else [b.data[k]]
-            grads = b.op.backward(xp, xs, b.y[k:k + 1], gy_all[k:k + 1], b.attr, data)
+            grads = b.op.backward(xp, xs, b.y[lo:hi], gy_all[lo:hi], b.attr, data)
             for j, gr in enumerate(grads):
                 if gr is None:
                     continue

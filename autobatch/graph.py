@@ -688,6 +688,7 @@ class Expression:
         gr = g.exe.gradient(self.i)
         if gr is None:
             why = ("call backward() first" if g.exe.gbuf is None else
+                   "a constant parameter's node (update=False) gets no gradient here" if self.i in g.ext else
                    "this node was not computed when the last backward() ran")
             raise GraphError(f"gradient(): {why}; {g.describe(self.i)} [at {user_line()}]")
         return g.backend.to_host(gr).copy()

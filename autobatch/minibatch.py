@@ -271,6 +271,9 @@ def input_batch(arr):
     one per element); a vector gives a batch of (1,) scalars."""
     from .api import inputTensor
     if type(arr) is list and arr and all(isinstance(a, np.ndarray) for a in arr):
+        if len({a.shape for a in arr}) > 1:
+            raise GraphError(f"inputTensor: a minibatch's elements must have one shape, got "
+                             f"{sorted({a.shape for a in arr})} [at {user_line()}]")
         return batch_of(inputTensor(a) for a in arr)
     a = np.asarray(arr)
     if a.ndim == 0:

@@ -391,3 +391,45 @@ def test_a_singular_inverse_is_nan_and_leaves_its_batch_and_graph_working(m):
     _works(m)
     with pytest.raises(NonFiniteError, match="inverse"):
         dy.sum_elems(bad).backward()
+
+
+def test_numbers_held_as_objects_pass_and_none_does_not():
+    """np.array([...], dtype=object) of numbers (pandas gives them) is read as before; None
+    (which NumPy turns into NaN) is refused."""
+    dy.renew_cg()
+    assert dy.inputVector(np.array([1.0, 2, 3.5], dtype=object)).npvalue().tolist() == [1.0, 2.0, 3.5]
+    v = dy.vecInput(2)
+    v.set(np.array([1, 2], dtype=object))
+    assert v.npvalue().tolist() == [1.0, 2.0]
+    with pytest.raises(GraphError, match="None"):
+        dy.inputTensor(np.array([None, 1.0], dtype=object))
+    with pytest.raises(GraphError, match="numbers"):
+        v.set(np.array([None, 1.0], dtype=object))
+
+
+def test_non_finite_values_in_an_unused_node_of_a_mixed_size_batch(m):
+    """An elementwise batch of mixed sizes (one flat block) holds the unused node's 0/0: the
+    careful backward runs it node by node too."""
+    q = m["b"]                                             # (3,)
+    grads = []
+    for with_unused in (True, False):
+        dy.renew_cg("agenda")
+        x = dy.inputVector([2.0, 4.0, 5.0])
+        used = dy.cdiv(q, x)
+        if with_unused:
+            dy.cdiv(q, dy.zeros(3))                           # 0/0 and ±inf, never used
+            dy.cdiv(dy.inputVector([1.0, 2.0, 3.0, 4.0]), dy.zeros(4))   # another size in the batch
+        dy.sum_elems(used).backward()
+        grads.append(q.grad_as_array().copy())
+        q.zero_grad()
+    np.testing.assert_allclose(grads[0], [0.5, 0.25, 0.2], rtol=1e-6)
+    np.testing.assert_allclose(grads[0], grads[1])
+
+
+def test_a_constant_parameter_node_has_no_gradient_of_its_own(m):
+    W = m["W"]
+    dy.renew_cg()
+    c = dy.const_parameter(W)
+    dy.sum_elems(c * dy.inputVector([1.0, 2.0, 3.0, 4.0]) + W * dy.inputVector([1.0, 1.0, 1.0, 1.0])).backward()
+    _expect(GraphError, lambda: c.gradient(), "update=False")
+    assert dy.parameter(W).gradient().tolist() == [[1.0] * 4] * 3

@@ -287,3 +287,52 @@ def test_constants_with_a_batch_size_and_values_of_batched_matrices():
     assert isinstance(m.value(), np.ndarray) and m.value().shape == (2, 3, 2)      # as DyNet: npvalue()
     assert len(m.vec_value()) == 12
     np.testing.assert_array_equal(dy.sum_dim(m, [], True).npvalue(), np.arange(12.0).reshape(2, 3, 2).sum(-1))
+
+
+def test_batch_reductions_of_equal_values_and_over_the_batch_alone():
+    c = np.full((2, 3, 2), 0.1)
+    a = np.arange(12.0).reshape(2, 3, 2)
+    dy.renew_cg()
+    z, x = dy.inputTensor(c, batched=True), dy.inputTensor(a, batched=True)
+    assert np.isfinite(dy.std_dim(z, [0], True).npvalue()).all()       # E[x²] - E[x]² went below 0: NaN
+    np.testing.assert_allclose(dy.std_dim(z, [0], True).npvalue(), 0.0, atol=1e-6)
+    np.testing.assert_allclose(dy.mean_dim(x, [], True).npvalue(), a.mean(-1))
+    np.testing.assert_allclose(dy.moment_dim(x, [], 2, True).npvalue(), (a ** 2).mean(-1))
+    np.testing.assert_allclose(dy.std_dim(x, [], True).npvalue(), a.std(-1), rtol=1e-5)
+    np.testing.assert_allclose(dy.mean_dim(x, [], True, 4).npvalue(), a.sum(-1) / 4)
+    np.testing.assert_allclose(dy.moment_dim(x, [1], 2, True, 5).npvalue(), (a ** 2).sum(axis=(1, 2)) / 5)
+
+
+def test_builder_masks_and_softmax_builders_per_element():
+    dy.set_dropout(True)
+    try:
+        pc = dy.ParameterCollection()
+        lstm = dy.VanillaLSTMBuilder(1, 8, 8, pc)
+        lstm.set_dropout(0.5)
+        dy.renew_cg()
+        s = lstm.initial_state()
+        lstm.set_dropout_masks(batch_size=4)                 # DyNet's order: a mask per element
+        out = s.add_input(dy.inputTensor(np.ones((8, 4)), batched=True)).output().npvalue()
+        assert not all(np.allclose(out[:, 0], out[:, k]) for k in range(1, 4))
+    finally:
+        dy.set_dropout(False)
+    sm = dy.StandardSoftmaxBuilder(3, 4, pc)
+    dy.renew_cg()
+    xb = dy.inputTensor(np.arange(6.0).reshape(3, 2) / 6, batched=True)
+    got = sm.neg_log_softmax_batch(xb, [1, 3]).npvalue()[0]
+    want = [sm.neg_log_softmax(dy.pick_batch_elem(xb, k), c).value() for k, c in enumerate([1, 3])]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_minibatch_misuse_of_inputs():
+    dy.renew_cg()
+    with pytest.raises(dy.GraphError, match="one shape"):
+        dy.inputTensor([np.ones(2), np.ones(3)])
+
+    @dy.vertex_function(max_children=0)
+    def F(v):
+        v.push("y", v.pull("x") * 1.0)
+    with pytest.raises(dy.GraphError, match="a minibatch of 2 elements for 3 vertices"):
+        F([dy.InputGraph([[]] * 3)], x=dy.inputTensor(np.ones((2, 2)), batched=True))
+    y = F([dy.InputGraph([[]] * 2)], x=dy.inputTensor(np.arange(4.0).reshape(2, 2), batched=True))["y"]
+    assert y.npvalue().tolist() == [[0.0, 2.0], [1.0, 3.0]]                  # element k at vertex k

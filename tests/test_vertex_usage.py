@@ -322,7 +322,7 @@ def test_misuse_inside_f_is_named():
             v.scatter(h)
             v.push("y", h)
     dy.renew_cg()
-    with pytest.raises(dy.GraphError, match="vertex 0 of graph 0 has a parent, but F never calls v.scatter"):
+    with pytest.raises(dy.GraphError, match="vertex 0 of graph 0 is gathered by its parent, but F never calls v.scatter"):
         no_scatter([dy.InputGraph.chain(3)], x=[[[1.0, 1], [2, 2], [3, 3]]], kind=[[0, 1, 1]])
     assert no_scatter([dy.InputGraph.chain(1)], x=[[[1.0, 1]]], kind=[[0]])["y"].npvalue().tolist() == [[1, 1]]
 
@@ -365,3 +365,31 @@ def test_a_parameter_or_a_minibatch_as_an_input():
     dy.renew_cg()
     y = F(g, x=dy.lookup_batch(E, [1, 2, 4]))["y"]
     np.testing.assert_allclose(y.npvalue(), np.tanh(np.arange(10.0).reshape(5, 2)[[1, 2, 4]] / 10), rtol=1e-6)
+
+
+def test_a_call_that_fails_in_one_kind_leaves_the_others_to_trace_again():
+    pc = dy.ParameterCollection()
+    Ws = [pc.add_parameters((3, 3)), pc.add_parameters((3, 3))]       # kinds 0 and 1 only
+    E = pc.add_lookup_parameters((5, 3))
+
+    @dy.vertex_function(max_children=2)
+    def F(v):
+        h = dy.tanh(E[v.pull("w")]) if v.is_leaf else dy.tanh(Ws[v.kind] * (v.gather(0) + v.gather(1)))
+        v.scatter(h)
+        v.push("h", h)
+    g = dy.InputGraph([[], [], [0, 1]])
+    dy.renew_cg()
+    with pytest.raises(IndexError):
+        F([g], w=[[1, 2, 0]], kind=[[0, 0, 7]])                          # Ws[7] while tracing
+    dy.renew_cg()
+    assert F([g], w=[[1, 2, 0]], kind=[[0, 0, 1]])["h"].npvalue().shape == (3, 3)
+
+
+def test_a_function_that_never_gathers_needs_no_scatter():
+    """Per-vertex values over a tree: no parent gathers, so no vertex need scatter."""
+    @dy.vertex_function(max_children=2)
+    def F(v):
+        v.push("y", dy.tanh(v.pull("x")))
+    dy.renew_cg()
+    out = F([dy.InputGraph([[], [], [0, 1]])], x=[[0.2, 0.4, 0.6]])["y"]
+    np.testing.assert_allclose(out.npvalue().reshape(-1), np.tanh([0.2, 0.4, 0.6]), rtol=1e-6)

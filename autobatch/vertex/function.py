@@ -61,7 +61,11 @@ def _pull_source(fname, name, src, sizes, N, g):
         from ..api import parameter
         src = parameter(src)
     elif type(src) is BatchedExpression:              # DyNet's minibatch: an element per vertex
-        src = list(src.xs)
+        if len(src.xs) != N:
+            raise GraphError(f"{where}: a minibatch of {len(src.xs)} elements for {N} vertices; each "
+                             f"vertex takes one element [at {user_line()}]")
+        xs = _same_shapes(where, exprs_of(src.xs), g)
+        return PullSource("expr", g.shapes[xs[0].i], exprs=xs)
     if type(src) is Expression:                       # one Expression, a row per vertex
         s = g.shapes[exprs_of([src])[0].i]
         if not s or s[0] != N:
@@ -137,6 +141,15 @@ def _pull_source(fname, name, src, sizes, N, g):
     if arr.dtype.kind not in "fb":
         raise GraphError(f"{where}: expected numbers or Expressions, got {arr.dtype} [at {user_line()}]")
     return PullSource("float", arr.shape[1:] or (1,), vals=arr.reshape(N, -1) if arr.ndim == 1 else arr)
+
+
+def _same_shapes(where, exprs, g) -> list:
+    s = g.shapes[exprs[0].i]
+    for k, e in enumerate(exprs):
+        if g.shapes[e.i] != s:
+            raise GraphError(f"{where}: per-vertex Expressions must all have shape {s}; entry {k} is "
+                             f"{g.shapes[e.i]} [at {user_line()}]")
+    return exprs
 
 
 def _values(where, src, N):
@@ -377,13 +390,16 @@ class VertexFunction:
                 raise GraphError(f"{self.name}: kind= takes ints >= 0, got {int(ukind.min())} "
                                  f"[at {user_line()}]")
         self._check_params()
-        shapes_before = self.scatter_shapes
+        shapes_before, traced_before = self.scatter_shapes, set(self.traces)
         try:
             traces, kind_of = self._kinds(arity, ukind, specs, psig)
         except Exception:
-            # a call that fails (bad data met while tracing) leaves no scatter shapes behind:
-            # they would refuse the next, correct call
+            # a call that fails (bad data met while tracing) leaves nothing behind: not the
+            # scatter shapes, which would refuse the next, correct call, nor the traces that
+            # taught them, which that call would reuse without learning the shapes again
             self.scatter_shapes = shapes_before
+            for key in set(self.traces) - traced_before:
+                del self.traces[key]
             raise
         for ti, t in enumerate(traces):
             for name, bound in t.bounds.items():
@@ -401,18 +417,25 @@ class VertexFunction:
         return self._node(g, traces, plan, pulls, N, psig)
 
     def _check_scatters(self, graphs, traces, kind_of):
-        """A vertex with a parent must be of a kind that scatters: its parent would gather zeros."""
+        """A child whose parent gathers it must be of a kind that scatters: the parent would
+        gather zeros."""
         if all(t.scatter for t in traces):
             return
+        scatters = np.array([bool(t.scatter) for t in traces])
+        gathers = [{k for k, _, _ in t.gathers} for t in traces]      # child slots each kind reads
         base = 0
         for gi, gr in enumerate(graphs):
-            kids = gr.child[gr.child >= 0]
-            for ti in {int(k) for k in kind_of[base + kids]}:
-                if not traces[ti].scatter:
-                    v = int(kids[kind_of[base + kids] == ti][0])
-                    raise GraphError(f"vertex function {self.name}: vertex {v} of graph {gi} has a parent, but F "
-                                     f"never calls v.scatter(...) at its kind of vertex ({gr.arity[v]} children), "
-                                     f"so its parent would gather zeros [at {user_line()}]")
+            for slot in range(gr.child.shape[1]):
+                parents = np.flatnonzero(gr.child[:, slot] >= 0)
+                kids = gr.child[parents, slot]
+                bad = ~scatters[kind_of[base + kids]] & np.array(
+                    [slot in gathers[t] for t in kind_of[base + parents]], dtype=bool)
+                if bad.any():
+                    v = int(kids[bad][0])
+                    raise GraphError(f"vertex function {self.name}: vertex {v} of graph {gi} is gathered by its "
+                                     f"parent, but F never calls v.scatter(...) at its kind of vertex "
+                                     f"({gr.arity[v]} children), so the parent would gather zeros "
+                                     f"[at {user_line()}]")
             base += gr.n
 
     def _unread(self, inputs):
