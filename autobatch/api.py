@@ -95,7 +95,8 @@ def _table(p) -> bool:
 def inputTensor(arr, batched: bool = False, device: str = "", reusable_expr: bool = False) -> Expression:
     """A constant tensor (any shape) taken from a list or array; a scalar becomes (1,).
     batched (or a list of arrays): DyNet's minibatch, the last axis (or the list) its elements,
-    each an input of its own (see minibatch.py). reusable_expr: accepted for DyNet (every input here can be ``set``); device: ignored."""
+    each an input of its own (see minibatch.py). reusable_expr: accepted for DyNet (every
+    input here can be ``set``); device: ignored."""
     if batched or (type(arr) is list and arr and all(isinstance(a, np.ndarray) for a in arr)):
         return minibatch.input_batch(arr)       # DyNet's minibatch: an input per element
     a = _numbers("inputTensor", arr)

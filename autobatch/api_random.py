@@ -132,7 +132,8 @@ def random_normal(dim, mean: float = 0.0, stddev: float = 1.0, batch_size: int =
     _finite("random_normal", mean=mean, stddev=stddev)
     if stddev < 0:
         raise GraphError(f"random_normal: stddev must be >= 0, got {stddev} [at {user_line()}]")
-    return repeat("random_normal", batch_size, lambda: _sample(OPS["random_normal"], "random_normal", dim, mean, stddev))
+    return repeat("random_normal", batch_size,
+                  lambda: _sample(OPS["random_normal"], "random_normal", dim, mean, stddev))
 
 
 def random_uniform(dim, left: float, right: float, batch_size: int = 1) -> Expression:
@@ -141,7 +142,8 @@ def random_uniform(dim, left: float, right: float, batch_size: int = 1) -> Expre
     if left > right:
         raise GraphError(f"random_uniform: needs left <= right, got left={left}, right={right} "
                          f"[at {user_line()}]")
-    return repeat("random_uniform", batch_size, lambda: _sample(OPS["random_uniform"], "random_uniform", dim, left, right))
+    return repeat("random_uniform", batch_size,
+                  lambda: _sample(OPS["random_uniform"], "random_uniform", dim, left, right))
 
 
 def random_bernoulli(dim, p: float, scale: float = 1.0, batch_size: int = 1) -> Expression:
@@ -149,7 +151,8 @@ def random_bernoulli(dim, p: float, scale: float = 1.0, batch_size: int = 1) -> 
     _finite("random_bernoulli", p=p, scale=scale)
     if not 0 <= p <= 1:
         raise GraphError(f"random_bernoulli: p must be in [0, 1], got {p} [at {user_line()}]")
-    return repeat("random_bernoulli", batch_size, lambda: _sample(OPS["random_bernoulli"], "random_bernoulli", dim, p, scale))
+    return repeat("random_bernoulli", batch_size,
+                  lambda: _sample(OPS["random_bernoulli"], "random_bernoulli", dim, p, scale))
 
 
 def random_gumbel(dim, mu: float = 0.0, beta: float = 1.0, batch_size: int = 1) -> Expression:
@@ -158,7 +161,8 @@ def random_gumbel(dim, mu: float = 0.0, beta: float = 1.0, batch_size: int = 1) 
     _finite("random_gumbel", mu=mu, beta=beta)
     if beta <= 0:
         raise GraphError(f"random_gumbel: beta must be > 0, got {beta} [at {user_line()}]")
-    return repeat("random_gumbel", batch_size, lambda: _sample(OPS["random_gumbel"], "random_gumbel", dim, mu, beta))
+    return repeat("random_gumbel", batch_size,
+                  lambda: _sample(OPS["random_gumbel"], "random_gumbel", dim, mu, beta))
 
 
 def _unchanged(x) -> Expression:

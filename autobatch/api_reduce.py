@@ -58,7 +58,8 @@ def _moment_over_batch(x, d, r, n):
     """Σ x^r over the dimensions d and DyNet's minibatch, / n (n > 0) or / the count."""
     per = moment_dim(x, d, r, n=n) if _some(d) else (x if r == 1 else x ** r)
     if n > 0:
-        return sum_batches(per) * (1.0 if _some(d) else 1.0 / n)
+        total = sum_batches(per)              # per element already / n when d names dimensions
+        return total if _some(d) else total * (1.0 / n)
     return mean_batches(per)
 
 

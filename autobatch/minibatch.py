@@ -283,8 +283,8 @@ def input_batch(arr):
 
 def reshape_batch(x, d, batch_size: int):
     """reshape with DyNet's batch_size: each element reshaped (equal batch sizes, or the shape of
-    one element), the elements joined into one (batch_size 1; their values in turn, as DyNet's memory holds them), or one
-    expression cut into batch_size elements."""
+    one element), the elements joined into one (batch_size 1; their values in turn, as DyNet's
+    memory holds them), or one expression cut into batch_size elements."""
     from .api import concatenate, pickrange, reshape
     d = (int(d),) if isinstance(d, numbers.Integral) else tuple(int(k) for k in d)
     xs = _elements(x)
