@@ -47,13 +47,21 @@ def user_site():
     return None if f is None else (f.f_code.co_filename, f.f_lineno)
 
 
+_OPERATORS = {"_add": "+", "_sub": "-", "_mul": "*", "_div": "/", "_getitem": "[]", "__add__": "+",
+              "__radd__": "+", "__sub__": "-", "__rsub__": "-", "__mul__": "*", "__rmul__": "*",
+              "__truediv__": "/", "__rtruediv__": "/", "__getitem__": "[]", "__pow__": "**"}
+
+
 def called() -> str | None:
-    """The public function the user's code called (the outermost package frame), for errors
-    raised in the op it delegates to (esum builds an add); None for an operator or helper."""
+    """The public function (or operator) the user's code called: the outermost package frame,
+    for errors raised in the op it delegates to (esum builds an add); None for a helper."""
     f, name = sys._getframe(1), None
     while f is not None and _internal(f.f_code.co_filename):
-        name = f.f_code.co_name
+        if not f.f_code.co_name.startswith("<"):     # a lambda (Parameter.__mul__) names nothing
+            name = f.f_code.co_name
         f = f.f_back
+    if name in _OPERATORS:
+        return f"operator {_OPERATORS[name]}"
     return name if name and not name.startswith(("_", "<")) else None
 
 

@@ -370,6 +370,8 @@ def test_setup_errors_name_the_users_line(case):
     (lambda v2, v3, W, b: dy.affine_transform([b, W, 3.0]), ("affine_transform: expected an Expression",)),
     (lambda v2, v3, W, b: dy.esum([v2, 1]), ("esum: expected an Expression",)),
     (lambda v2, v3, W, b: dy.pick([1, 2, 3], 0), ("pick: expected an Expression",)),
+    (lambda v2, v3, W, b: W * [1.0, 2.0, 3.0, 4.0], ("operator *: expected an Expression",)),
+    (lambda v2, v3, W, b: W * v3, ("operator *: matmul_shared: cannot multiply (3, 4) by (3,)",)),
 ])
 def test_errors_name_the_function_called_not_only_the_op_it_builds(call, names):
     """esum builds an add, bmax an emax, affine_transform a matmul: the error said only those."""
