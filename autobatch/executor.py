@@ -745,6 +745,11 @@ class Executor:
         msg = f"backward() on a non-finite loss ({g.describe(i)}) [at {user_line()}]"
         if culprit is not None:
             msg += f"; the first non-finite value appears at {g.describe(culprit)}"
+            # a node that runs a program of its own (a vertex function's call) says where in it
+            inside = getattr(g.datas[culprit], "describe_non_finite", None)
+            where = inside() if inside is not None else None
+            if where:
+                msg += f", {where}"
             if culprit not in g.where:
                 msg += " (dy.set_debug(True) or AUTOBATCH_DEBUG=1 records the line that built each node)"
         return msg

@@ -393,3 +393,16 @@ def test_a_function_that_never_gathers_needs_no_scatter():
     dy.renew_cg()
     out = F([dy.InputGraph([[], [], [0, 1]])], x=[[0.2, 0.4, 0.6]])["y"]
     np.testing.assert_allclose(out.npvalue().reshape(-1), np.tanh([0.2, 0.4, 0.6]), rtol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")
+def test_a_non_finite_value_inside_f_is_named_by_op_and_vertex():
+    @dy.vertex_function(max_children=1, scatter_dims=[(2,)])
+    def F(v):
+        h = dy.log(v.pull("x") + v.gather(0))           # log(-2) at vertex 2
+        v.scatter(h)
+        v.push("h", h)
+    dy.renew_cg()
+    out = F([dy.InputGraph.chain(2), dy.InputGraph.chain(3)], x=[[[3.0, 3], [1, 1]], [[3.0, 3], [1, 1], [-5, 1]]])
+    with pytest.raises(dy.NonFiniteError, match="in vertex function F: op log at vertex 2 of graph 1"):
+        dy.sum_elems(out["h"]).backward()

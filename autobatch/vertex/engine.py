@@ -140,6 +140,24 @@ class Run:
         self.fused = None                   # id(trace) -> fuse.plan, where kernels are generated
         self.read = set()                   # pushed names whose output Expression was built
 
+    def describe_non_finite(self):
+        """Where in F a NaN or inf first shows (the ops in trace order, kind by kind): the lazy
+        graph's NonFiniteError names it, instead of only this call's node. None if nowhere."""
+        xp, offsets = self.xp, np.asarray(self.plan.offsets)
+        for K in self.kinds or ():
+            t = K.t
+            for s in t.pre + t.front + t.post:
+                v = K.buf.get(s)
+                if v is None or not v.size:
+                    continue
+                bad = ~xp.isfinite(v[:K.n].reshape(K.n, -1)).all(axis=1)
+                if bool(bad.any()):
+                    gid = int(np.asarray(K.rows.gids)[int(xp.argmax(bad))])
+                    gi = int(np.searchsorted(offsets, gid, side="right")) - 1
+                    return (f"in vertex function {self.fn.name}: op {t.src[s][1].name} at vertex "
+                            f"{gid - int(offsets[gi])} of graph {gi}")
+        return None
+
     # ------------------------------------------------------------------ helpers
     def _x(self, K, a, stacked, r0, r1):
         t = K.t
