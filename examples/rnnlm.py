@@ -5,6 +5,12 @@ the unigram model of the training data -- beating unigram means the LSTM uses co
 
     python examples/rnnlm.py                                  # synthetic 10k-word text
     python examples/rnnlm.py --train ../shared/data/text/dev.txt --autobatch depth
+    python examples/rnnlm.py --minibatch     # the loss written as DyNet's rnnlm-batch example does
+
+--minibatch writes the same loss the way hand-batched DyNet programs do: sentences padded to one
+length, one lookup_batch and one pickneglogsoftmax_batch per time step, padding masked out by a
+batched input, sum_batches at the end. autobatch runs such programs unchanged (each batch element
+is an instance of its own, batched for you), with the same loss and gradients.
 """
 import math
 import random
@@ -16,10 +22,27 @@ from bench import data
 from bench.tasks.rnnlm import EOS, Model
 
 
+def minibatch_loss(dy, model, batch):
+    """Σ over the batch's sentences of their token losses, as DyNet's rnnlm-batch writes it."""
+    inputs = [[EOS] + list(s) for s in batch]
+    targets = [list(s) + [EOS] for s in batch]
+    state, losses = model.lstm.initial_state(), []
+    for t in range(max(map(len, inputs))):
+        ids = [x[t] if t < len(x) else EOS for x in inputs]
+        nxt = [y[t] if t < len(y) else EOS for y in targets]
+        mask = dy.inputTensor([1.0 if t < len(y) else 0.0 for y in targets], batched=True)
+        state = state.add_input(dy.lookup_batch(model.E, ids))
+        scores = dy.affine_transform([model.b, model.W, state.output()])
+        losses.append(dy.cmult(dy.pickneglogsoftmax_batch(scores, nxt), mask))
+    return dy.sum_batches(dy.esum(losses))
+
+
 def main(argv=None):
     ap = _common.parser(__doc__, epochs=3, hidden=64, batch_size=32)
     ap.add_argument("--n-train", type=int, default=1500)
     ap.add_argument("--n-dev", type=int, default=200)
+    ap.add_argument("--minibatch", action="store_true",
+                    help="write the loss with DyNet's minibatch functions (see above)")
     args = ap.parse_args(argv)
     fw = _common.framework(args)
     dy = fw.dy
@@ -47,7 +70,10 @@ def main(argv=None):
         rng.shuffle(train)
         for batch in _common.minibatches(train, args.batch_size):
             fw.renew()
-            loss = dy.esum([model.loss(dy, s) for s in batch])  # one graph per sentence
+            if args.minibatch:
+                loss = minibatch_loss(dy, model, batch)
+            else:
+                loss = dy.esum([model.loss(dy, s) for s in batch])  # one graph per sentence
             total += loss.value()
             toks += sum(len(s) + 1 for s in batch)
             loss.backward()

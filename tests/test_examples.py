@@ -39,6 +39,26 @@ def test_bilstm_tagger_with_chars_learns():
     assert history[-1][0] < 0.75 * history[0][0]
 
 
+def test_rnnlm_written_with_dynets_minibatch_functions_learns_the_same_loss():
+    """--minibatch: DyNet's rnnlm-batch form (lookup_batch, masks, sum_batches) gives the
+    per-sentence loss of the same sentences and learns."""
+    rnnlm = example("rnnlm")
+    import autobatch as dy
+    from bench import data
+    from bench.tasks.rnnlm import Model
+    sents, meta = data.synthetic_lm(6, seed=1)
+    dy.reset_random_seed(0)
+    pc = dy.ParameterCollection()
+    model = Model(dy, pc, meta, 8)
+    dy.renew_cg()
+    per_sentence = dy.esum([model.loss(dy, s) for s in sents]).value()
+    dy.renew_cg()
+    assert rnnlm.minibatch_loss(dy, model, sents).value() == pytest.approx(per_sentence, rel=1e-5)
+    history, _ = rnnlm.main(["--minibatch", "--epochs", "3", "--n-train", "40", "--n-dev", "10", "--hidden", "16",
+                             "--batch-size", "10"])
+    assert history[-1][0] < history[0][0]
+
+
 def test_rnnlm_learns():
     history, unigram = example("rnnlm").main(
         ["--epochs", "3", "--n-train", "40", "--n-dev", "10", "--hidden", "16", "--batch-size", "10"])
