@@ -13,6 +13,7 @@ first)."""
 from __future__ import annotations
 
 import functools
+import itertools
 import numbers
 import sys
 
@@ -131,7 +132,12 @@ def _per_element(f, args, kw, name=None):
     if len(sizes) > 1:
         raise GraphError(f"{name or f.__name__}: operands of batch sizes {sizes}; DyNet's rule: equal sizes, or an "
                          f"unbatched operand [at {user_line()}]")
-    outs = [f(*[_at(a, k) for a in args], **{n: _at(v, k) for n, v in kw.items()}) for k in range(sizes[0])]
+    B = sizes[0]
+    if kw or any(type(a) is list or type(a) is tuple for a in args):
+        outs = [f(*[_at(a, k) for a in args], **{n: _at(v, k) for n, v in kw.items()}) for k in range(B)]
+    else:       # plain operands: their elements side by side (no per-element _at)
+        outs = list(itertools.starmap(f, zip(*[a.xs if type(a) is BatchedExpression else itertools.repeat(a, B)
+                                              for a in args])))
     if all(type(o) is Expression for o in outs):
         return BatchedExpression(outs)
     if all(type(o) is tuple for o in outs):
@@ -139,9 +145,13 @@ def _per_element(f, args, kw, name=None):
     return outs
 
 
-def per_element(f):
+def per_element(f, each=None):
     """f, run once per batch element when an operand (or an item of a list operand) is a
-    BatchedExpression, which f's operand conversion reports by raising BatchedOperand."""
+    BatchedExpression, which f's operand conversion reports by raising BatchedOperand. each:
+    what runs per element (an inline fast path whose fallback f is: its elements then take
+    the fast path), f by default."""
+    each = each or f
+
     @functools.wraps(f)
     def g(*args, **kw):
         try:
@@ -149,7 +159,7 @@ def per_element(f):
         except BatchedOperand:
             if not any(map(_is_batched, args)) and not any(map(_is_batched, kw.values())):
                 raise               # a batch inside f's own work: the op that met it is unwrapped
-            return _per_element(f, args, kw)
+            return _per_element(each, args, kw, f.__name__)
     g._per_element = True
     g.__code__ = g.__code__.replace(co_name=f.__name__)     # errors.called() names the user's call
     return g
@@ -269,16 +279,20 @@ def dropout_batch(x, p: float):
 def input_batch(arr):
     """inputTensor(arr, batched=True): the last axis of arr is the batch (a list of arrays:
     one per element); a vector gives a batch of (1,) scalars."""
-    from .api import inputTensor
+    from .api import _graph, _numbers, inputTensor
+    from .ops import OPS
     if type(arr) is list and arr and all(isinstance(a, np.ndarray) for a in arr):
         if len({a.shape for a in arr}) > 1:
             raise GraphError(f"inputTensor: a minibatch's elements must have one shape, got "
                              f"{sorted({a.shape for a in arr})} [at {user_line()}]")
         return batch_of(inputTensor(a) for a in arr)
-    a = np.asarray(arr)
+    a = _numbers("inputTensor", arr)        # checked and converted once for all elements
     if a.ndim == 0:
         return inputTensor(a)
-    return batch_of(inputTensor(a[..., k]) for k in range(a.shape[-1]))
+    # element k's values, each its own input node (a copy: later changes to arr do not leak in)
+    els = np.moveaxis(a.reshape(a.shape if a.ndim > 1 else (1, a.shape[0])), -1, 0).copy()
+    g, op, shape = _graph(), OPS["input"], els.shape[1:]
+    return batch_of(g.add(op, (), shape, e) for e in els)
 
 
 def reshape_batch(x, d, batch_size: int):
@@ -327,7 +341,7 @@ def _swap(f, swapped):
     ns = _fallback_of(f)
     if ns is not None:
         if not getattr(ns["_slow"], "_per_element", False):
-            ns["_slow"] = per_element(ns["_slow"])
+            ns["_slow"] = per_element(ns["_slow"], f)
         return None
     return swapped.get(f)
 
