@@ -4,7 +4,6 @@ added to the graph) and appends one node. Shapes: vectors are (n,), matrices (m,
 from __future__ import annotations
 
 import numbers
-import sys
 from typing import Sequence
 
 import numpy as np
@@ -113,25 +112,19 @@ def _seq(name: str, xs) -> list:
     return list(xs)
 
 
-def object_numbers(name: str, a, dtype):
-    """An object array of numbers as dtype; None or any other object is refused."""
-    if not all(isinstance(v, numbers.Real) for v in a.flat):
-        raise GraphError(f"{name}: expected numbers, got None or objects [at {user_line()}]")
-    return a.astype(dtype)
-
-
-def _numbers(name: str, v):
-    """v as an array of the graph's dtype; None, strings and ragged lists are refused (NumPy
-    would make None a NaN, silently)."""
+def _numbers(name: str, v, dtype=None, copy: bool = False):
+    """v as an array of dtype (default: the graph's); None, strings and ragged lists are
+    refused (NumPy would make None a NaN, silently). copy: never v's own memory."""
     try:
         a = np.asarray(v)
     except ValueError:
         raise GraphError(f"{name}: values of ragged shape [at {user_line()}]") from None
     if a.dtype.kind == "O":                 # numbers as objects (pandas) pass; None (NaN to NumPy) does not
-        return object_numbers(name, a, _S.dtype)
-    if a.dtype.kind not in "biuf":
+        if not all(isinstance(x, numbers.Real) for x in a.flat):
+            raise GraphError(f"{name}: expected numbers, got None or objects [at {user_line()}]")
+    elif a.dtype.kind not in "biuf":
         raise GraphError(f"{name}: expected numbers, got {a.dtype} [at {user_line()}]")
-    return a.astype(_S.dtype, copy=False)
+    return a.astype(dtype or _S.dtype, copy=copy)
 
 
 def inputVector(v, device: str = "") -> Expression:
@@ -176,7 +169,7 @@ def unchanged(x):
 
 def _dim(d) -> tuple:
     """A shape from an int or a sequence of whole numbers; anything else is refused with the
-    calling API function's name (a raw int() error named neither)."""
+    name of the API function the user called (a raw int() error named neither)."""
     if isinstance(d, numbers.Integral):
         return (int(d),)
     try:
@@ -184,8 +177,8 @@ def _dim(d) -> tuple:
     except TypeError:
         ks = None
     if ks is None or not all(isinstance(k, numbers.Real) and float(k).is_integer() for k in ks):
-        raise GraphError(f"{sys._getframe(1).f_code.co_name}: expected dimensions (an int or a sequence of "
-                         f"ints), got {d!r} [at {user_line()}]")
+        raise GraphError(f"{called() or 'dimensions'}: expected dimensions (an int or a sequence of ints), "
+                         f"got {d!r} [at {user_line()}]")
     return tuple(int(k) for k in ks)
 
 

@@ -8,7 +8,7 @@ import numbers
 import numpy as np
 
 from . import runtime
-from .api import _dim, _graph, _id, _seed, _shape, object_numbers, parameter, unchanged, zeros
+from .api import _dim, _graph, _id, _numbers, _seed, _shape, parameter, unchanged, zeros
 from .errors import GraphError, user_line
 from .graph import ComputationGraph, Expression
 from .minibatch import (concatenate_to_batch, dropout_batch, hinge_batch, lookup_batch, mean_batches,  # noqa: F401
@@ -82,13 +82,8 @@ Expression.set = _set
 def _input_values(g, i, values):
     shape, size = g.shapes[i], g.sizes[i]
     try:
-        a = np.array(values)                      # a copy: later changes to values do not leak in
-        if a.dtype.kind == "O":                   # numbers as objects pass; None (NaN to NumPy) does not
-            a = object_numbers("set", a, g.dtype)
-        if a.dtype.kind not in "biuf":
-            raise TypeError
-        a = a.astype(g.dtype, copy=False)
-    except (TypeError, ValueError):
+        a = _numbers("set", values, g.dtype, copy=True)   # a copy: later changes to values do not leak in
+    except GraphError:
         raise GraphError(f"set: values for an input of shape {shape} must be numbers, got "
                          f"{type(values).__name__} [at {user_line()}]") from None
     if a.shape == shape:
@@ -165,10 +160,6 @@ def random_gumbel(dim, mu: float = 0.0, beta: float = 1.0, batch_size: int = 1) 
                   lambda: _sample(OPS["random_gumbel"], "random_gumbel", dim, mu, beta))
 
 
-def _unchanged(x) -> Expression:
-    return unchanged(x)
-
-
 def dropout_dim(x, d: int, p: float) -> Expression:
     """Inverted dropout with one keep/drop decision per slice along dimension d, which all of
     that slice's values share: d = 0 of a matrix drops whole columns, d = 1 whole rows, d = 0
@@ -180,7 +171,7 @@ def dropout_dim(x, d: int, p: float) -> Expression:
     if not 0 <= p < 1:
         raise GraphError(f"dropout_dim: rate must be in [0, 1), got {p} [at {user_line()}]")
     if p == 0 or not _S.dropout:
-        return _unchanged(x)
+        return unchanged(x)
     g = _graph()
     return g.add(OPS["dropout_dim"], (_id(x, g),), (float(p), int(d)), _seed(g))
 
@@ -192,6 +183,6 @@ def block_dropout(x, p: float) -> Expression:
     if not 0 <= p <= 1:
         raise GraphError(f"block_dropout: rate must be in [0, 1], got {p} [at {user_line()}]")
     if p == 0 or not _S.dropout:
-        return _unchanged(x)
+        return unchanged(x)
     g = _graph()
     return g.add(OPS["block_dropout"], (_id(x, g),), float(p), _seed(g))
