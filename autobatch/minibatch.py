@@ -167,12 +167,17 @@ def per_element(f, each=None):
 
 # --- DyNet's minibatch functions -------------------------------------------------------------------
 def _ints(name, vs) -> list:
+    """vs as a list of ints: whole floats pass (as DyNet's ids read as floats), 1.5 or '3' do not."""
+    from .api import _whole
     if isinstance(vs, (numbers.Integral, np.integer)):
         return [int(vs)]
     try:
-        out = [int(v) for v in vs]
-    except (TypeError, ValueError):
-        raise GraphError(f"{name}: expected a list of ints, got {vs!r} [at {user_line()}]") from None
+        out = [_whole(v) for v in vs]
+    except TypeError:
+        out = None
+    if out is None or not all(isinstance(v, (numbers.Integral, np.integer)) for v in out):
+        raise GraphError(f"{name}: expected a list of ints, got {vs!r} [at {user_line()}]")
+    out = [int(v) for v in out]
     if not out:
         raise GraphError(f"{name}: an empty list of indices (a batch needs one element at least) "
                          f"[at {user_line()}]")

@@ -336,3 +336,16 @@ def test_minibatch_misuse_of_inputs():
         F([dy.InputGraph([[]] * 3)], x=dy.inputTensor(np.ones((2, 2)), batched=True))
     y = F([dy.InputGraph([[]] * 2)], x=dy.inputTensor(np.arange(4.0).reshape(2, 2), batched=True))["y"]
     assert y.npvalue().tolist() == [[0.0, 2.0], [1.0, 3.0]]                  # element k at vertex k
+
+
+def test_batch_ids_must_be_whole_numbers():
+    """lookup_batch(E, [1.5]) read row 1: int() truncated it."""
+    pc = dy.ParameterCollection()
+    E = pc.add_lookup_parameters((4, 2), init=np.arange(8.0).reshape(4, 2))
+    dy.renew_cg()
+    assert dy.lookup_batch(E, [1.0, 3]).npvalue().tolist() == [[2.0, 6.0], [3.0, 7.0]]   # whole floats pass
+    for bad in ([1.5, 2], ["3", 1], [None]):
+        with pytest.raises(dy.GraphError, match="lookup_batch: expected a list of ints"):
+            dy.lookup_batch(E, bad)
+    with pytest.raises(dy.GraphError, match="pickneglogsoftmax_batch: expected a list of ints"):
+        dy.pickneglogsoftmax_batch(dy.lookup_batch(E, [0, 1]), [0.5, 1])
