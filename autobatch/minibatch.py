@@ -16,6 +16,7 @@ import functools
 import itertools
 import numbers
 import sys
+import types
 
 import numpy as np
 
@@ -145,6 +146,11 @@ def _per_element(f, args, kw, name=None):
     return outs
 
 
+# iterators an op may take for its list of operands (DyNet takes lists only; we take these too)
+_ONE_SHOT = frozenset({types.GeneratorType, map, filter, zip, itertools.chain, reversed, enumerate,
+                       type(iter([])), type(iter(()))})
+
+
 def per_element(f, each=None):
     """f, run once per batch element when an operand (or an item of a list operand) is a
     BatchedExpression, which f's operand conversion reports by raising BatchedOperand. each:
@@ -154,6 +160,9 @@ def per_element(f, each=None):
 
     @functools.wraps(f)
     def g(*args, **kw):
+        if not _ONE_SHOT.isdisjoint(map(type, args)):
+            # a generator of operands would be used up by the first try, which may meet a batch
+            args = tuple(list(a) if type(a) in _ONE_SHOT else a for a in args)
         try:
             return f(*args, **kw)
         except BatchedOperand:

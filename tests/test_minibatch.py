@@ -349,3 +349,20 @@ def test_batch_ids_must_be_whole_numbers():
             dy.lookup_batch(E, bad)
     with pytest.raises(dy.GraphError, match="pickneglogsoftmax_batch: expected a list of ints"):
         dy.pickneglogsoftmax_batch(dy.lookup_batch(E, [0, 1]), [0.5, 1])
+
+
+def test_list_ops_take_generators_of_batches():
+    """esum(x for x in batches) met the batch after the generator was used up by the first
+    try, and raised BatchedOperand (DyNet takes lists only; autobatch takes any iterable)."""
+    pc = dy.ParameterCollection()
+    E = pc.add_lookup_parameters((5, 3), init=np.arange(15.0).reshape(5, 3))
+    dy.renew_cg()
+    xs = [dy.lookup_batch(E, [1, 2]), dy.lookup_batch(E, [3, 4]), E[0]]
+    for name in ("esum", "average", "concatenate", "emax", "logsumexp", "concatenate_cols"):
+        f = getattr(dy, name)
+        want = f(xs)
+        for it in ((x for x in xs), map(lambda x: x, xs), iter(xs), iter(tuple(xs))):
+            got = f(it)
+            assert got.dim() == want.dim(), name
+            np.testing.assert_allclose(got.npvalue(), want.npvalue(), err_msg=name)
+    assert dy.esum(e for e in [E[1], E[2]]).npvalue().tolist() == [9.0, 11.0, 13.0]    # no batch
