@@ -13,6 +13,8 @@ import math
 import time
 from operator import itemgetter, sub
 
+import numpy as np
+
 from . import memory
 from .errors import GraphError, NonFiniteError, user_line
 from .ops import ProductGrad, RowGrad
@@ -590,23 +592,30 @@ class Executor:
         place of its list; True if all are finite (one sum per parameter: a NaN or inf anywhere
         makes it non-finite, and one device read answers for all on CuPy)."""
         total = 0.0
-        for p, grs in self._pending.items():
-            shape = p.grad.shape
-            dense, rows = None, []
-            for gr in grs:
-                if isinstance(gr, RowGrad):
-                    rows.append(gr)
-                    total = total + gr.vals.sum()
-                elif dense is None:
-                    dense = gr.reshape(shape)
-                elif dense.base is None and dense is not gr:
-                    dense += gr.reshape(shape)           # a sum this method made: add in place
-                else:
-                    dense = dense + gr.reshape(shape)
-            if dense is not None:
-                total = total + dense.sum()
-            self._pending[p] = (dense, rows)
-        return math.isfinite(float(total))      # one device read (CuPy) for all parameters
+        # the sums are a test, not results: their overflow is no news for the user
+        with np.errstate(over="ignore", invalid="ignore"):
+            for p, grs in self._pending.items():
+                shape = p.grad.shape
+                dense, rows = None, []
+                for gr in grs:
+                    if isinstance(gr, RowGrad):
+                        rows.append(gr)
+                        total = total + gr.vals.sum()
+                    elif dense is None:
+                        dense = gr.reshape(shape)
+                    elif dense.base is None and dense is not gr:
+                        dense += gr.reshape(shape)           # a sum this method made: add in place
+                    else:
+                        dense = dense + gr.reshape(shape)
+                if dense is not None:
+                    total = total + dense.sum()
+                self._pending[p] = (dense, rows)
+        if math.isfinite(float(total)):          # one device read (CuPy) for all parameters
+            return True
+        # large finite gradients (1e38 in float32) may sum to inf: only a value can tell
+        isfinite = self.xp.isfinite
+        return all(bool(isfinite(a).all()) for dense, rows in self._pending.values()
+                   for a in [r.vals for r in rows] + ([] if dense is None else [dense]))
 
     def _wide_grad(self, b, gy):
         """The gradients of a batch of wide nodes in gather order: node-major, (B·n, size)."""

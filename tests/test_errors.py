@@ -1,6 +1,8 @@
 """Errors are raised early and clearly: the message names the op, the shapes and the
 user's line (this file and the line number); parameters stay unchanged; the graph (or a
 renewed one) keeps working afterwards."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -435,3 +437,22 @@ def test_a_constant_parameter_node_has_no_gradient_of_its_own(m):
     dy.sum_elems(c * dy.inputVector([1.0, 2.0, 3.0, 4.0]) + W * dy.inputVector([1.0, 1.0, 1.0, 1.0])).backward()
     _expect(GraphError, lambda: c.gradient(), "update=False")
     assert dy.parameter(W).gradient().tolist() == [[1.0] * 4] * 3
+
+
+def test_large_finite_gradients_do_not_set_off_the_careful_backward(monkeypatch):
+    """The finiteness check sums each parameter's gradients; in float32, gradients of 2e38 sum
+    to inf although every value is finite, and the backward ran a second, careful sweep."""
+    from autobatch.executor import Executor
+    pc = dy.ParameterCollection()
+    W = pc.add_parameters((3, 4), init=np.full((3, 4), 0.1))
+    dy.renew_cg()
+    loss = dy.pick(W * dy.inputVector([2e38, 2e38, 1.0, 0.0]), 0)
+    reached = []
+    monkeypatch.setattr(Executor, "_reach", lambda self, i: reached.append(i) or bytearray(len(self.g.args)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # nor does the test's overflow warn
+        loss.backward()
+    assert not reached
+    g = W.grad_as_array()
+    assert np.isfinite(g).all() and g[0].tolist() == [np.float32(2e38)] * 2 + [1.0, 0.0]
+    assert g[1:].tolist() == [[0.0] * 4] * 2
