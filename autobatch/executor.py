@@ -517,9 +517,9 @@ class Executor:
                 n = sum(map(reach.__getitem__, b.ids))
                 if n == 0:
                     continue
-                if n < len(b.ids) and not b.wide:
+                if n < len(b.ids):
                     nb += 1
-                    self._rows_backward(gbuf, b, needs, reach)
+                    (self._wide_rows_backward if b.wide else self._rows_backward)(gbuf, b, needs, reach)
                     continue
             nb += 1
             gy = gbuf[b.out:b.out + b.n].reshape(b.y.shape)
@@ -574,6 +574,22 @@ class Executor:
                 if j in shared:
                     self._add_shared(gbuf, a, gr)
                 else:
+                    self._scatter(gbuf, ("ext", [a], None), gr)
+
+    def _wide_rows_backward(self, gbuf, b, needs, reach):
+        """_rows_backward of a batch of wide nodes (whose inputs were gathered as one block):
+        each node the loss depends on runs the op's plain backward over its own inputs."""
+        g, xp = self.g, self.xp
+        gy_all = gbuf[b.out:b.out + b.n].reshape(b.y.shape)
+        for k, node in enumerate(b.ids):
+            if not reach[node]:
+                continue
+            args = g.args[node]
+            xs = [self.value(a)[None] for a in args]
+            data = None if b.data is None else [b.data[k]]
+            grads = b.op.backward(xp, xs, b.y[k:k + 1], gy_all[k:k + 1], b.attr, data)
+            for a, gr in zip(args, grads):
+                if gr is not None and needs[a]:
                     self._scatter(gbuf, ("ext", [a], None), gr)
 
     def _reach(self, i) -> bytearray:

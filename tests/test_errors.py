@@ -456,3 +456,34 @@ def test_large_finite_gradients_do_not_set_off_the_careful_backward(monkeypatch)
     g = W.grad_as_array()
     assert np.isfinite(g).all() and g[0].tolist() == [np.float32(2e38)] * 2 + [1.0, 0.0]
     assert g[1:].tolist() == [[0.0] * 4] * 2
+
+
+@pytest.mark.parametrize("op", ["esum", "average", "logsumexp", "emax", "concatenate"])
+@pytest.mark.parametrize("arity", [6, 7])
+def test_non_finite_values_in_an_unused_wide_node(op, arity):
+    """Nodes of many inputs (the per-instance esum of losses) gather them all in one block; the
+    careful backward ran such a batch whole, and an unused node's inf (logsumexp: 0·NaN) made the
+    gradient of an input it shares with the loss NaN. arity 7: nodes of 6 and 7 inputs, one batch
+    for sums and averages. The unused product's NaN sets off the careful backward in every case."""
+    pc = dy.ParameterCollection()
+    W = pc.add_parameters((3, 4), init=np.linspace(-0.5, 0.5, 12).reshape(3, 4))
+    f = getattr(dy, op)
+    grads = []
+    for with_unused in (True, False):
+        dy.renew_cg("agenda")
+        x = W * dy.inputVector([1.0, 2.0, 3.0, 4.0])
+        y = W * dy.inputVector([0.5, -1.0, 1.0, 2.0])
+        used = f([x, y] * 3)
+        if with_unused:
+            W * dy.inputVector([float("nan"), 1.0, 2.0, 3.0])
+            with np.errstate(invalid="ignore", over="ignore"):
+                bad = dy.inputVector([float("inf"), float("nan"), 1.0])
+                f([x, bad] + [y, x] * 2 + [y] * (arity - 6))
+                dy.sum_elems(used).forward()
+            batch = [b for b in dy.cg().exe.batches if used.i in b.ids][0]
+            assert len(batch.ids) == (2 if arity == 6 or op in ("esum", "average") else 1)
+        dy.sum_elems(used).backward()
+        grads.append(W.grad_as_array().copy())
+        W.zero_grad()
+    assert np.isfinite(grads[0]).all()
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-6)
