@@ -4,6 +4,7 @@ added to the graph) and appends one node. Shapes: vectors are (n,), matrices (m,
 from __future__ import annotations
 
 import numbers
+import sys
 from typing import Sequence
 
 import numpy as np
@@ -796,7 +797,7 @@ def _getitem(x, k):
 
 
 # Expression op Expression: the inline path of fastpath.binary, then the general one
-Expression.__add__ = fastpath.binary(_ADD, _add)
+Expression.__add__ = fastpath.binary(_ADD, _add, absorb=True)
 Expression.__radd__ = lambda self, o: _add(o, self)
 Expression.__sub__ = fastpath.binary(_SUB, _sub)
 Expression.__rsub__ = lambda self, o: _sub(o, self)
@@ -813,7 +814,23 @@ Expression.__getitem__ = _getitem
 LookupParameter.__getitem__ = lambda p, i: lookup(p, i)
 LookupParameter.expr = lambda p, update=True: parameter(p, update)     # DyNet's takes no argument
 Parameter.__getitem__ = lambda p, k: _getitem(parameter(p), k)
-Parameter.__add__ = lambda p, o: _add(p, o)
+
+
+_rc = sys.getrefcount
+
+
+def _param_add(p, o):
+    """p + o for a Parameter p: with o a temporary product (b + W * x), fastpath.ABSORB's rule."""
+    if type(o) is Expression and fastpath._BY_OPERATOR is not None and _rc(o) == fastpath._TEMP_OP:
+        g = o.cg
+        if g is runtime.state().graph and g.newest(o.i) and fastpath._BY_OPERATOR():
+            e = g.absorb_sum(o, p)
+            if e is not None:
+                return e
+    return _add(p, o)
+
+
+Parameter.__add__ = _param_add
 Parameter.__radd__ = lambda p, o: _add(o, p)
 Parameter.__sub__ = lambda p, o: _sub(p, o)
 Parameter.__rsub__ = lambda p, o: _sub(o, p)

@@ -14,6 +14,7 @@ A cache entry ``r`` starts (out shape, size, signature, op differentiable); what
 depends on the cache (input shapes, attr, parameter nodes; see ComputationGraph.__init__)."""
 from __future__ import annotations
 
+import dis
 import functools
 import sys
 import textwrap
@@ -109,8 +110,11 @@ _TEMP = _temp_refs()
 # variable, container or other Expression can reach it again): the activation joins x's node
 # (ComputationGraph.fused_sig) instead of adding one. Before the cache test: the first node
 # of a graph must fuse too, or it would batch apart from the rest. (A tracer has no columns.)
+# A parameter's node (signature -1, no inputs) may follow x: tanh(W * x + b) with b's first
+# use in the graph adds b's node after the affine node that absorbed the sum.
 _FUSE = """
-    if a == len(sigs or ()) - 1 and _rc(x) == _TEMP:
+    n1 = len(sigs or ()) - 1
+    if (a == n1 or a == n1 - 1 and sigs[n1] < 0 and not args[n1]) and _rc(x) == _TEMP:
         s = g._fuse.get((sigs[a], _op))
         if s is None:
             s = g.fused_sig(a, _op)
@@ -163,14 +167,62 @@ _FUSE_IN = """
             return t"""
 
 
-def binary(op, slow, attr=None, params: str = "x, y", unpack: str = None):
+def _operator_probes():
+    """(the reference count of a temporary operand inside an operator method called by its
+    operator, which holds one more reference than a plain call; a function telling, from the
+    caller's frame, whether the method was called by an operator), or (-1, None) where this
+    interpreter does not tell a temporary from a named operand that way."""
+    ops = {dis.opmap[n] for n in ("BINARY_OP", "BINARY_ADD", "INPLACE_ADD") if n in dis.opmap}
+    gf = sys._getframe
+
+    def by_operator():
+        f = gf(2)
+        return f.f_code.co_code[f.f_lasti] in ops
+
+    class Probe:
+        def __add__(self, o):
+            return sys.getrefcount(o), by_operator()
+
+    named = Probe()
+    temp, op1 = Probe() + Probe()
+    held, op2 = Probe() + named
+    _, direct = Probe().__add__(Probe())
+    if not (held > temp and op1 and op2 and not direct):
+        return -1, None
+    return temp, by_operator
+
+
+_TEMP_OP, _BY_OPERATOR = _operator_probes()
+
+# x + y by the + operator (Expression.__add__), with x or y the newest node, not yet computed,
+# that only this call holds: a product W·h whose sum with the other operand is one node
+# (ComputationGraph.absorb_sum: W·h + b is affine_transform([b, W, h])). An explicit call of
+# __add__ holds its arguments once less, so a named operand would pass the count test there:
+# the caller's instruction rules that out.
+_ABSORB = """\
+if type(y) is _E and y.cg is g and _rc(y) == _TEMP_OP and g.newest(y.i) and _BY_OPERATOR():
+    e = g.absorb_sum(y, x)
+    if e is not None:
+        return e
+if type(x) is _E and x.cg is g and _rc(x) == _TEMP_OP and g.newest(x.i) and _BY_OPERATOR():
+    e = g.absorb_sum(x, y)
+    if e is not None:
+        return e
+"""
+
+
+def binary(op, slow, attr=None, params: str = "x, y", unpack: str = None, absorb: bool = False):
     """f(x, y) == slow(x, y) for an op of two inputs, no data and attribute attr. params,
     unpack: slow's parameter list, and guard lines that bind x and y from it when they are
     not its parameters (concatenate's [x, y]); the rest of the guard goes inside them. An op
-    that declares fuses_in takes in an activation temporary (ops/fused.py)."""
+    that declares fuses_in takes in an activation temporary (ops/fused.py). absorb: f is the
+    + operator, which first tries ABSORB."""
     body = _BINARY
     if getattr(op, "fuses_in", False) and unpack is None:
         head, tail = _BINARY.split("    r = f2.get(_op)\n")
         body = head + _FUSE_IN.strip("\n") + "\n    r = f2.get(_op)\n" + tail
     guard = body if unpack is None else unpack.strip("\n") + "\n" + textwrap.indent(body, "    ")
-    return fast(slow, op, params, guard, ("a", "b"), attr=None if attr is None else "_attr", _attr=attr)
+    if absorb and _BY_OPERATOR is not None:
+        guard = _ABSORB + guard
+    return fast(slow, op, params, guard, ("a", "b"), attr=None if attr is None else "_attr", _attr=attr,
+                _TEMP_OP=_TEMP_OP, _BY_OPERATOR=_BY_OPERATOR)

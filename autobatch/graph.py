@@ -20,7 +20,7 @@ from . import runtime
 from .errors import GraphError, StaleExpressionError, called, user_line, user_site, where_code
 from .executor import Executor
 from .ops import ShapeError
-from .ops.fused import FUSED, FUSED_IN
+from .ops.fused import FUSED, FUSED_IN, SUMS
 from .ops.base import WIDE_ARITY, prod
 from .runtime import Strategy, parse_strategy
 from .stats import Stats
@@ -149,6 +149,7 @@ class ComputationGraph:
         self._fw: dict = {}         # W -> add_affine entry (b and x's shape in it)
         self._flk: dict = {}        # lookup table -> (out, size, sig, diff, node, rows)
         self._fuse: dict = {}       # (signature, activation op[, input]) -> fused signature, -1: none
+        self._sums: dict = {}       # (signature, parameter node) -> absorb_sum's signature, -1: none
         self.fuses = rt.fuse
         self._bind()
         self._recipes: dict = {}    # recipes.step templates (signatures are per graph)
@@ -467,6 +468,54 @@ class ComputationGraph:
         self._fuse[(s, op, j)] = sig
         return sig
 
+    def newest(self, i: int) -> bool:
+        """Node i is the graph's last node, or only a parameter's node follows it (the parameter
+        of ``W * x + dy.parameter(b)``, added after the product): no node reads node i."""
+        n = len(self.sigs) - 1
+        return i == n or i == n - 1 and self.sigs[n] < 0 and not self.args[n]
+
+    def absorb_sum(self, t, o):
+        """t + o as one node, where t is the newest node, not yet computed, that only the
+        caller's temporary reaches (the API checks that: fastpath.ABSORB), and its op declares
+        a form with an addend (W·x: ops/fused.py SUMS). o, a parameter of t's shape (or its
+        Expression), becomes that node's first input: W·x + b is then the node
+        affine_transform([b, W, x]) makes, so that an activation over it fuses too. Returns t,
+        or None where the rule does not apply (the caller then adds a plain sum)."""
+        n1 = t.i
+        s = self.sigs[n1]
+        if not self.fuses or s < 0 or n1 < self.exe.done:
+            return None
+        if type(o) is Expression:
+            if o.cg is not self:
+                return None
+            k = o.i
+        elif getattr(o, "is_lookup", True) is False:      # a Parameter (not a lookup table)
+            k = self.pid(o)     # may append the parameter's node: n1 stays unread by any node
+        else:
+            return None
+        # a parameter (a bias) only: a computed addend would make the node one step deeper
+        # than its product's input wherever that addend lies deeper (W·h_left + U·h_right: the
+        # left child's product is a node of its own), and equal cells of a tree level would
+        # stop sharing a depth
+        if self.shapes[k] is not self.shapes[n1] or k not in self.ext:
+            return None
+        key = (s, k)
+        ns = self._sums.get(key)
+        if ns is None:
+            op = SUMS.get(self.sig_op[s])
+            ns = -1 if op is None else self._sig_of(op, (k,) + self.args[n1], self.attrs[n1])
+            self._sums[key] = ns
+        if ns < 0:
+            return None
+        self.args[n1] = (k,) + self.args[n1]
+        self.sigs[n1] = ns
+        depths = self.depths
+        if depths[k] >= depths[n1]:
+            depths[n1] = depths[k] + 1
+        self.needs[n1] = self.needs[n1] or self.needs[k]
+        self.uses[k] += 1
+        return t
+
     def _sig_of(self, op, args, attr) -> int:
         """The signature add() gives a batchable node of op over the nodes args, interned on
         first use (add() inlines the same steps: it is the hot path)."""
@@ -583,6 +632,9 @@ class ThroughAdd:
     # the API's inline fast paths find nothing here, so every node goes through add()
     _f1 = _f2 = _f3 = _fw = _flk = MappingProxyType({})
     _cols = (None,) * 8 + (_f1,) * 5    # no columns (TraceGraph), caches that stay empty
+
+    def newest(self, i):                # nothing is rewritten in place here (fastpath.ABSORB)
+        return False
 
     def add3(self, op, a, b, c):
         return self.add(op, (a, b, c))

@@ -1,6 +1,8 @@
 """An activation fuses into the product that feeds it (ops/fused.py) only when nothing else can
 reach the product: a temporary, the graph's newest node, not yet computed. Every case where
 the product stays reachable keeps two nodes, and fused graphs give what unfused ones give."""
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -123,15 +125,75 @@ def test_the_probe_counts_a_temporary_below_a_variable():
     assert temp == fastpath._TEMP < named
 
 
-def _tree_loss(m, tree, act, j):
+def test_a_bias_added_to_a_temporary_product_is_one_affine_node(m):
+    """W * x + b (b + W * x; Parameters or their expressions) is the node affine_transform([b,
+    W, x]) makes, and an activation over it fuses: DyNet's own benchmark programs write their
+    gates as logistic(b + W * x), which was three nodes and three batches."""
+    W, b, E = m["W"], m["b"], m["E"]
+    forms = {"W * x + b": lambda x: W * x + b, "b + W * x": lambda x: b + W * x,
+             "expressions": lambda x: dy.parameter(b) + dy.parameter(W) * x,
+             "expressions, bias last": lambda x: dy.parameter(W) * x + dy.parameter(b)}
+    for name, form in forms.items():
+        for act in (None, "logistic"):
+            dy.renew_cg()
+            x = dy.lookup(E, 2)
+            h = form(x) if act is None else getattr(dy, act)(form(x))   # b's first use: its node follows
+            assert _op_names(h) == ["lookup", "affine" if act is None else "affine>" + act], name
+            pre = W.npvalue() @ x.npvalue() + b.npvalue()
+            np.testing.assert_allclose(h.npvalue(), pre if act is None else 1 / (1 + np.exp(-pre)), rtol=1e-5)
+
+
+def test_a_sum_whose_product_stays_reachable_or_whose_addend_is_computed_stays_a_sum(m):
+    W, b, E = m["W"], m["b"], m["E"]
+    dy.renew_cg()
+    x = dy.lookup(E, 1)
+    want = W.npvalue() @ x.npvalue()
+    named = W * x
+    s1 = named + b                                  # the product keeps its own value
+    c = dy.tanh(dy.parameter(b))
+    s2 = c + W * x                                  # a computed addend: a sum node
+    kept = W * x
+    s3 = dy.parameter(b).__add__(kept)              # a direct call: kept counts as a temporary there
+    done = [W * x]
+    done[0].forward()
+    s4 = done.pop() + b                             # computed already
+    wide = pc_b2 = m["pc"].add_parameters((4, 1))
+    s5 = W * x + pc_b2                              # another shape: DyNet's broadcasting sum
+    names = _op_names(s5)
+    assert names.count("affine") == 0 and names.count("matmul_shared") == 5 and names.count("add") == 5
+    for e in (named, kept):
+        np.testing.assert_allclose(e.npvalue(), want, rtol=1e-5)
+    bv = b.npvalue()
+    for e, v in ((s1, want + bv), (s2, np.tanh(bv) + want), (s3, want + bv), (s4, want + bv),
+                 (s5, want[:, None] + wide.npvalue())):
+        np.testing.assert_allclose(e.npvalue(), v, rtol=1e-5)
+
+
+def test_the_operator_probes_tell_a_temporary_and_the_operator():
+    class P:
+        def __add__(self, o):
+            return sys.getrefcount(o), fastpath._BY_OPERATOR()
+    held = P()
+    temp, by_op = P() + P()
+    named, _ = P() + held
+    direct_count, direct = P().__add__(held)
+    assert fastpath._TEMP_OP == temp < named and by_op and not direct
+    assert direct_count == fastpath._TEMP_OP        # what the operator test is there for
+
+
+def _tree_loss(m, tree, act, j, operators=False):
     """A tiny recursive model: every node's state is act(affine(...)) of a temporary, and
-    what it passes up an LSTM-like output c·tanh(c) (j = 1) or logistic(c)·c (j = 0)."""
+    what it passes up an LSTM-like output c·tanh(c) (j = 1) or logistic(c)·c (j = 0).
+    operators: the affine transforms written as b + W * x (the leaf) and b + V * left +
+    V * right, whose first sum only is one node."""
     W, V, b, E = m["W"], m["V"], m["b"], m["E"]
     if isinstance(tree, int):
-        c = getattr(dy, act)(dy.affine_transform([b, W, dy.lookup(E, tree)]))
+        x = dy.lookup(E, tree)
+        c = getattr(dy, act)(b + W * x if operators else dy.affine_transform([b, W, x]))
     else:
-        left, right = _tree_loss(m, tree[0], act, j), _tree_loss(m, tree[1], act, j)
-        c = getattr(dy, act)(dy.affine_transform([b, V, left, V, right]))
+        left, right = _tree_loss(m, tree[0], act, j, operators), _tree_loss(m, tree[1], act, j, operators)
+        c = getattr(dy, act)(b + V * left + V * right if operators else
+                             dy.affine_transform([b, V, left, V, right]))
     return dy.cmult(c, dy.tanh(c)) if j else dy.cmult(dy.logistic(c), c)
 
 
@@ -145,8 +207,8 @@ def _trees(draw_int, n):
 
 @settings(max_examples=25, deadline=None)
 @given(data=st.data(), act=st.sampled_from(["tanh", "logistic", "rectify", "exp"]),
-       strategy=st.sampled_from(["none", "depth", "agenda"]), j=st.integers(0, 1))
-def test_fused_and_unfused_graphs_agree(data, act, strategy, j):
+       strategy=st.sampled_from(["none", "depth", "agenda"]), j=st.integers(0, 1), operators=st.booleans())
+def test_fused_and_unfused_graphs_agree(data, act, strategy, j, operators):
     """Random trees of act(affine(...)) and cmult(x, act(y)) temporaries: the values and
     parameter gradients of a fused graph equal those of the same program with fusion off."""
     dy.reset_random_seed(7)
@@ -161,7 +223,7 @@ def test_fused_and_unfused_graphs_agree(data, act, strategy, j):
             for p in pc.parameters_list() + pc.lookup_parameters_list():
                 p.zero_grad()
             dy.renew_cg(strategy)
-            loss = dy.sum_elems(dy.esum([_tree_loss(m, t, act, j) for t in trees]))
+            loss = dy.sum_elems(dy.esum([_tree_loss(m, t, act, j, operators) for t in trees]))
             names = [op.name for op in dy.cg().ops if op is not None]
             assert any(">" in n for n in names) == fuse and any("<" in n for n in names) == fuse
             v = loss.scalar_value()

@@ -128,6 +128,9 @@ class FusedIn(Op):
 
 FUSED: dict = {}     # (base op, activation op) -> fused op
 FUSED_IN: dict = {}  # (op, activation op, input j) -> op over the activation's input
+# product op -> the op of b + product over (b, *its inputs) for a parameter b: W·x + b is
+# affine_transform([b, W, x]) (ComputationGraph.absorb_sum)
+SUMS: dict = {}
 
 
 def _register_pairs():
@@ -137,6 +140,8 @@ def _register_pairs():
         for act in acts:
             op = FUSED[(base, act)] = Fused(base, act)
             OPS[op.name] = op
+    for op in [op for op in OPS.values() if hasattr(op, "with_bias")]:
+        SUMS[op] = OPS[op.with_bias]
     for op in [op for op in OPS.values() if getattr(op, "fuses_in", False)]:
         for act in acts:
             for j in (0, 1):

@@ -74,6 +74,7 @@ class MatMulShared(Op):
     shared = (0,)
     heavy = True
     fuses_out = True      # backward reads no output: an activation may overwrite it (fused.py)
+    with_bias = "affine"  # W·x + b for a parameter b is one node over (b, W, x) (fused.py SUMS)
 
     def shape(self, shapes, attr):
         return _mv_shape(self.name, shapes[0], shapes[1])
