@@ -9,6 +9,7 @@ Shapes: inputs x are (input_dim,) vectors, hidden and cell states (hidden_dim,).
 Parameters live in a subcollection of the model, in DyNet's order per layer."""
 from __future__ import annotations
 
+import numbers
 import weakref
 from typing import List, Optional, Sequence
 
@@ -128,6 +129,15 @@ class RNNState:
         return RNNState(b, self._run, self, hs, cs)
 
 
+def size_arg(where: str, name: str, v) -> int:
+    """A builder's size as DyNet reads it: an int, or a number it truncates (WEMBED_SIZE/2 is
+    32.0 in Python 3); at least 1. Booleans and non-numbers are refused."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Integral, numbers.Real)) or \
+            not np.isfinite(v) or int(v) < 1:
+        raise ValueError(f"{where}: {name} must be a positive int, got {v!r} [at {user_line()}]")
+    return int(v)
+
+
 class _Builder:
     """Common part: parameters per layer, dropout settings, initial states, stacking."""
 
@@ -136,9 +146,8 @@ class _Builder:
     _kind = "rnn"
 
     def __init__(self, layers: int, input_dim: int, hidden_dim: int, model: ParameterCollection):
-        for name, v in (("layers", layers), ("input_dim", input_dim), ("hidden_dim", hidden_dim)):
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise ValueError(f"{type(self).__name__}: {name} must be a positive int, got {v!r} [at {user_line()}]")
+        layers, input_dim, hidden_dim = (size_arg(type(self).__name__, name, v) for name, v in
+                                         (("layers", layers), ("input_dim", input_dim), ("hidden_dim", hidden_dim)))
         if not isinstance(model, ParameterCollection):
             raise TypeError(f"{type(self).__name__}: model must be a ParameterCollection, got {type(model).__name__} "
                             f"[at {user_line()}]")

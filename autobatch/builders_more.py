@@ -13,7 +13,7 @@ import numpy as np
 
 from . import api as dy
 from . import runtime
-from .builders import VanillaLSTMBuilder, _Builder, _shape_of
+from .builders import VanillaLSTMBuilder, _Builder, _shape_of, size_arg
 from .errors import GraphError, user_line
 from .graph import Expression
 from .minibatch import BatchedExpression
@@ -179,9 +179,9 @@ class BiRNNBuilder:
             self.model = None
             self.spec = None
             return
-        for name, v in (("num_layers", num_layers), ("input_dim", input_dim), ("hidden_dim", hidden_dim)):
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise ValueError(f"BiRNNBuilder: {name} must be a positive int, got {v!r} [at {user_line()}]")
+        num_layers, input_dim, hidden_dim = (
+            size_arg("BiRNNBuilder", name, v)
+            for name, v in (("num_layers", num_layers), ("input_dim", input_dim), ("hidden_dim", hidden_dim)))
         if hidden_dim % 2:
             raise ValueError(f"BiRNNBuilder: hidden dimension must be even, got {hidden_dim} [at {user_line()}]")
         if not isinstance(model, ParameterCollection):
@@ -302,10 +302,8 @@ class StackedRNNState:
 
 
 # --- softmax builders ------------------------------------------------------------------
-def _check_dims(where: str, **dims) -> None:
-    for name, v in dims.items():
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v <= 0:
-            raise ValueError(f"{where}: {name} must be a positive int, got {v!r} [at {user_line()}]")
+def _check_dims(where: str, **dims) -> list:
+    return [size_arg(where, name, v) for name, v in dims.items()]
 
 
 def _draw(logits: np.ndarray) -> int:
@@ -370,7 +368,7 @@ class StandardSoftmaxBuilder(SoftmaxBuilder):
     logits as probabilities)."""
 
     def __init__(self, rep_dim: int, num_labels: int, model: ParameterCollection, bias: bool = True):
-        _check_dims("StandardSoftmaxBuilder", rep_dim=rep_dim, num_labels=num_labels)
+        rep_dim, num_labels = _check_dims("StandardSoftmaxBuilder", rep_dim=rep_dim, num_labels=num_labels)
         if not isinstance(model, ParameterCollection):
             raise TypeError(f"StandardSoftmaxBuilder: model must be a ParameterCollection, got {type(model).__name__} "
                             f"[at {user_line()}]")
@@ -458,7 +456,7 @@ class ClassFactoredSoftmaxBuilder(SoftmaxBuilder):
 
     def __init__(self, rep_dim: int, cluster_file: str, word_dict: Mapping[str, int],
                  model: ParameterCollection, bias: bool = True):
-        _check_dims("ClassFactoredSoftmaxBuilder", rep_dim=rep_dim)
+        rep_dim, = _check_dims("ClassFactoredSoftmaxBuilder", rep_dim=rep_dim)
         if not isinstance(model, ParameterCollection):
             raise TypeError(f"ClassFactoredSoftmaxBuilder: model must be a ParameterCollection, "
                             f"got {type(model).__name__} [at {user_line()}]")

@@ -190,6 +190,31 @@ def test_bad_input_raises():
         b.set_dropout(1.0)
 
 
+@pytest.mark.parametrize("name", ["LSTMBuilder", "VanillaLSTMBuilder", "CoupledLSTMBuilder", "GRUBuilder",
+                                  "SimpleRNNBuilder", "FastLSTMBuilder", "CompactVanillaLSTMBuilder", "BiRNNBuilder"])
+def test_sizes_are_read_as_dynet_reads_them(name):
+    """DyNet's benchmark bilstm-tagger-withchar.py builds LSTMBuilder(1, 64, WEMBED_SIZE/2, m), a
+    float in Python 3: DyNet truncates sizes to ints; autobatch refused anything but an int."""
+    m = dy.ParameterCollection()
+    make = getattr(dy, name)
+    out = 6 if name == "BiRNNBuilder" else 3
+    for sizes in [(1, 4.0, 6 / 2 * (out // 3)), (np.int64(1), np.int32(4), np.float32(out + 0.7))]:
+        b = make(sizes[0], sizes[1], sizes[2], m, dy.LSTMBuilder) if name == "BiRNNBuilder" else make(*sizes, m)
+        dy.renew_cg()
+        x = dy.inputVector([1.0, 2.0, 3.0, 4.0])
+        got = b.transduce([x])[0] if name == "BiRNNBuilder" else b.initial_state().add_input(x).output()
+        assert got.dim() == ((out,), 1)
+    for bad in (0, 0.5, True, "3", None, float("nan")):
+        args = (1, 4, bad, m, dy.LSTMBuilder) if name == "BiRNNBuilder" else (1, 4, bad, m)
+        with pytest.raises(ValueError, match="hidden_dim must be a positive int"):
+            make(*args)
+    sm = dy.StandardSoftmaxBuilder(4.0, np.int64(5), m)
+    dy.renew_cg()
+    assert sm.full_log_distribution(dy.inputVector([1.0, 2.0, 3.0, 4.0])).dim() == ((5,), 1)
+    with pytest.raises(ValueError, match="num_labels must be a positive int"):
+        dy.StandardSoftmaxBuilder(4, True, m)
+
+
 @pytest.mark.parametrize("kind", ["lstm", "rnn", "gru"])
 def test_dropout_on_off(kind):
     m = dy.ParameterCollection()
