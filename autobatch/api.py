@@ -209,6 +209,16 @@ def constant(dim, val: float, batch_size: int = 1) -> Expression:
 def parameter(p: Parameter, update: bool = True) -> Expression:
     """The expression of parameter p in the current graph (optional in autobatch). A lookup
     table of shape (V, d) reads as DyNet's whole-table expression: (d, V), a row per column."""
+    g = _S.graph
+    if update is True and type(p) is Parameter and type(g) is ComputationGraph:
+        # DyNet's benchmark programs call it for every parameter at every tree node
+        n = g._pfast.get(p)
+        if n is None:
+            n = g._pfast[p] = g.param_expr(p, True).i
+        e = Expression()
+        e.cg = g
+        e.i = n
+        return e
     e = _graph().param_expr(p, update)
     return transpose(e) if _table(p) else e
 
@@ -801,7 +811,26 @@ Expression.__add__ = fastpath.binary(_ADD, _add, absorb=True)
 Expression.__radd__ = lambda self, o: _add(o, self)
 Expression.__sub__ = fastpath.binary(_SUB, _sub)
 Expression.__rsub__ = lambda self, o: _sub(o, self)
-Expression.__mul__ = _mul
+
+
+def _expr_mul(a, b):
+    """a * b for an Expression a: W * x with W a parameter's node takes the graph's cached
+    entry for that W (DyNet programs write every product so); the rest goes to _mul."""
+    g = _S.graph
+    if type(b) is Expression and a.cg is g and b.cg is g and type(g) is ComputationGraph and a.i in g.ext:
+        return g.add_shared_matmul(_MM_SHARED, a.i, a.i, b.i)
+    return _mul(a, b)
+
+
+def _param_mul(p, o):
+    """p * o for a Parameter p: W * x as _expr_mul's."""
+    g = _S.graph
+    if type(o) is Expression and o.cg is g and type(p) is Parameter and type(g) is ComputationGraph:
+        return g.add_shared_matmul(_MM_SHARED, p, g.pid(p), o.i)
+    return _mul(p, o)
+
+
+Expression.__mul__ = _expr_mul
 Expression.__rmul__ = lambda self, o: _mul(o, self)
 Expression.__truediv__ = fastpath.binary(_CDIV, _div)
 Expression.__rtruediv__ = lambda self, o: _div(o, self)
@@ -834,7 +863,7 @@ Parameter.__add__ = _param_add
 Parameter.__radd__ = lambda p, o: _add(o, p)
 Parameter.__sub__ = lambda p, o: _sub(p, o)
 Parameter.__rsub__ = lambda p, o: _sub(o, p)
-Parameter.__mul__ = lambda p, o: _mul(p, o)
+Parameter.__mul__ = _param_mul
 Parameter.__rmul__ = lambda p, o: _mul(o, p)
 Parameter.__truediv__ = lambda p, o: _div(p, o)
 Parameter.__neg__ = lambda p: _op(_SCALE, p, attr=(-1.0, 0.0))

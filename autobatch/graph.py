@@ -141,6 +141,7 @@ class ComputationGraph:
         self._sigtab: dict = {}     # per-graph signature interning (shared node ids are per graph)
         self._fast: dict = {}       # add1/add2 caches (signatures are per graph)
         self._faff: dict = {}       # add_affine cache
+        self._fmm: dict = {}        # add_shared_matmul cache: W (its node or Parameter) -> entry
         # the last entry of each kind, keyed by one object (no key tuple to build and hash);
         # the API's inline fast paths read them and check the input shapes by identity
         self._f1: dict = {}         # op -> add1 entry + (input shape,)
@@ -369,6 +370,31 @@ class ComputationGraph:
         e.i = n
         return e
 
+    def add_shared_matmul(self, op, key, w: int, x: int) -> "Expression":
+        """W·x for the parameter node w (DyNet's ``W * x``): key (w, or the Parameter) finds
+        the last entry for that W, whose signature serves while x's shape is the same."""
+        sx = self.shapes[x]
+        r = self._fmm.get(key)
+        if r is None or r[4] is not sx:
+            e = self.add(op, (w, x))
+            q = _RULES[(op, (self.shapes[w], sx), None)]
+            self._fmm[key] = (q[0], q[1], self.sigs[e.i], op.differentiable, sx, w)
+            return e
+        depths, needs, uses = self.depths, self.needs, self.uses
+        depths.append(depths[x] + 1)    # a parameter has depth 0
+        needs.append(r[3] and (needs[w] or needs[x]))
+        uses[w] += 1                    # as add() counts them (recipes.py replays its columns)
+        uses[x] += 1
+        uses.append(0)
+        n = len(self.sigs)
+        self.args.append((w, x))
+        self.shapes.append(r[0])
+        self.sigs.append(r[2])
+        e = Expression()
+        e.cg = self
+        e.i = n
+        return e
+
     def _bind(self) -> None:
         """The columns and fast-path caches in one tuple (fastpath.COLS names them): an inline
         fast path unpacks it once instead of loading a dozen attributes, a tenth of its time.
@@ -410,6 +436,7 @@ class ComputationGraph:
         self._pfast = {k: v for k, v in self._pfast.items() if v < n}
         self._fast = {k: v for k, v in self._fast.items() if not (type(k[1]) is int and k[1] >= n)}
         self._faff = {k: v for k, v in self._faff.items() if v[6] < n and v[7] < n}
+        self._fmm = {k: v for k, v in self._fmm.items() if v[5] < n}
         self._fw = {k: v for k, v in self._fw.items() if v[6] < n and v[7] < n}
         self._flk = {k: v for k, v in self._flk.items() if v[4] < n}
         self._bind()

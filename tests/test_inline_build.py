@@ -29,7 +29,7 @@ class Net:
 NET = None
 
 step = st.tuples(st.sampled_from(["lookup", "input", "unary", "punary", "binary", "concat", "affine",
-                                  "pnls", "esum", "add", "checkpoint", "revert"]),
+                                  "pnls", "esum", "add", "mul", "param", "checkpoint", "revert"]),
                  st.integers(0, 11), st.integers(0, 11), st.integers(0, 11))   # small: repeats
 
 
@@ -73,6 +73,13 @@ def run(program):
             if k in (3, 4, 6, 7, 8):
                 bias = net.b[o][w % 2]
                 pool.append(dy.affine_transform([bias, net.W[(o, k)][(w // 2) % 2], x]))
+        elif kind == "mul":                  # W * x: a Parameter, or its expression
+            o, k = (3, 4)[v % 2], sx[0]
+            if k in (3, 4, 6, 7, 8):
+                W = net.W[(o, k)][w % 2]
+                pool.append(W * x if (w // 2) % 2 else dy.parameter(W) * x)
+        elif kind == "param":
+            pool.append(dy.parameter(net.b[(3, 4)[u % 2]][v % 2]))
         elif kind == "pnls":
             pool.append(dy.pickneglogsoftmax(x, w % sx[0]))
         elif kind == "checkpoint":
@@ -116,6 +123,9 @@ def _same_columns(program):
     # the revert (the inline paths read them through ComputationGraph._cols)
     [("checkpoint", 0, 0, 0), ("affine", 0, 0, 0), ("revert", 0, 0, 0), ("affine", 0, 0, 0), ("affine", 0, 0, 0)],
     [("checkpoint", 0, 0, 0), ("lookup", 0, 1, 2), ("revert", 0, 0, 0), ("lookup", 0, 1, 3), ("lookup", 0, 1, 4)],
+    # W * x and dy.parameter(W) * x: a product entry names W's node (another W's after the revert)
+    [("checkpoint", 0, 0, 0), ("mul", 0, 0, 0), ("mul", 0, 0, 2), ("revert", 0, 0, 0), ("mul", 0, 0, 1),
+     ("mul", 0, 0, 3), ("mul", 0, 0, 0), ("param", 0, 0, 0)],
 ])
 def test_inline_paths_after_revert(program):
     _same_columns(program)
@@ -135,6 +145,7 @@ def test_inline_paths_are_taken(monkeypatch):
         x = dy.concatenate([dy.lookup(E, k % 5), dy.tanh(dy.lookup(E, 1))])
         h = dy.cmult(dy.logistic(dy.affine_transform([b, W, x])), dy.lookup(E, 2))
         dy.pickneglogsoftmax(dy.esum([h, h, dy.esum([h, h])]), 1)
+        dy.tanh(W * x), dy.tanh(dy.parameter(W) * x)
     assert len(g.ops) > 150 and len(calls) < 20
 
 
