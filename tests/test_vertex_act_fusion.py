@@ -67,3 +67,36 @@ def test_the_trace_fuses_what_nothing_else_reads(f64, strategy):
     lazy = _run(pc, lambda: _sum_pushed(f.unbatched(gs, w=ws), "loss")
                 + dy.esum([dy.sum_elems(x) for x in f.unbatched(gs, w=ws)["p"]]), strategy)
     _close(fused, lazy)
+
+
+@pytest.mark.parametrize("strategy", ["none", "agenda"])
+def test_the_trace_takes_a_bias_into_its_product(f64, strategy):
+    """tanh(W * x + b) (and b + W * x) in F is the trace's affine>tanh, as the lazy API's +
+    makes it: the sum was an add over the product, and the activation did not fuse. A product
+    read twice, or added to a computed vector, stays a product and a sum."""
+    def model(form):
+        dy.reset_random_seed(4)
+        pc = dy.ParameterCollection()
+        W, U, b = pc.add_parameters((3, 6)), pc.add_parameters((3, 3)), pc.add_parameters(3)
+        E = pc.add_lookup_parameters((5, 3))
+
+        @dy.vertex_function(max_children=2, scatter_dims=[3])
+        def f(v):
+            x = dy.concatenate([v.gather(0), v.gather(1)])
+            if form == "operators":
+                h = dy.tanh(W * x + b) + dy.logistic(b + U * E[v.pull("w")])
+            else:
+                h = dy.tanh(dy.affine_transform([b, W, x])) + dy.logistic(dy.affine_transform([b, U, E[v.pull("w")]]))
+            kept = U * h
+            v.scatter(h)
+            v.push("loss", dy.sum_elems(kept + b) + dy.sum_elems(kept) + dy.sum_elems(U * h + h))
+        return pc, f
+    runs = {}
+    gs, ws = _graphs(np.random.default_rng(5))
+    for form in ("operators", "affine_transform"):
+        pc, f = model(form)
+        runs[form] = _run(pc, lambda: dy.sum_elems(f(gs, w=ws)["loss"]), strategy)
+        names = _ops(f)
+        assert {"affine>tanh", "affine>logistic", "matmul_shared", "add"} <= set(names), (form, names)
+        assert "affine" not in names
+    _close(runs["operators"], runs["affine_transform"])

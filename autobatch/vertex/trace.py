@@ -19,7 +19,8 @@ from ..errors import GraphError, user_line
 from ..graph import Expression, ThroughAdd, _rule, expression
 from .. import runtime
 from ..ops.base import Op
-from ..ops.fused import FUSED
+from ..ops import OPS
+from ..ops.fused import FUSED, SUMS
 from ..ops.random import _Random
 
 PARAM, PULL, GATHER, OP = "param", "pull", "gather", "op"
@@ -312,6 +313,19 @@ class Trace:
                     readers[a] += 1
         for a in list(self.scatter) + list(self.push.values()):
             readers[a] += 1
+        # p + b (W * x + b) of a parameter b of p's shape: the affine node over (b, *p's inputs),
+        # as the lazy API's + makes it (ComputationGraph.absorb_sum); an activation then fuses
+        add = OPS["add"]
+        for s, sr in enumerate(src):
+            if sr[0] == OP and sr[1] is add and len(sr[2]) == 2 and sr[3] is None:
+                for q, k in (sr[2], sr[2][::-1]):
+                    p = src[q]
+                    if p[0] == OP and p[1] in SUMS and readers[q] == 1 and src[k][0] == PARAM \
+                            and self.shapes[k] == self.shapes[q] and p[3] is None and p[4] is None:
+                        # p is dead code now; its reads of its inputs are s's
+                        src[s] = (OP, SUMS[p[1]], (k,) + p[2]) + p[3:]
+                        readers[q] = 0
+                        break
         for s, sr in enumerate(src):
             if sr[0] == OP and len(sr[2]) == 1 and sr[3] is None and src[sr[2][0]][0] == OP:
                 p = src[sr[2][0]]
