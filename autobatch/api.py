@@ -12,6 +12,7 @@ import numpy as np
 from . import runtime
 from .errors import GraphError, GraphIndexError, StaleExpressionError, called, user_line
 from . import api_dims, fastpath, minibatch
+from .operators import TEMP_OP
 from .graph import ComputationGraph, Expression, cg, expression
 from .ops import OPS
 from .params import LookupParameter, Parameter
@@ -814,23 +815,31 @@ Expression.__rsub__ = lambda self, o: _sub(o, self)
 
 
 def _expr_mul(a, b):
-    """a * b for an Expression a: W * x with W a parameter's node takes the graph's cached
-    entry for that W (DyNet programs write every product so); the rest goes to _mul."""
+    """a * b for an Expression a: W * x with W a parameter's node fills the graph's entry for
+    that W, which the inline path below reads (DyNet programs write every product so)."""
     g = _S.graph
-    if type(b) is Expression and a.cg is g and b.cg is g and type(g) is ComputationGraph and a.i in g.ext:
+    if type(b) is Expression and a.cg is g and b.cg is g and a.i in g.ext:
         return g.add_shared_matmul(_MM_SHARED, a.i, a.i, b.i)
     return _mul(a, b)
 
 
 def _param_mul(p, o):
-    """p * o for a Parameter p: W * x as _expr_mul's."""
+    """p * o for a Parameter p: W * x as _expr_mul's, the entry keyed by the Parameter."""
     g = _S.graph
-    if type(o) is Expression and o.cg is g and type(p) is Parameter and type(g) is ComputationGraph:
+    if type(o) is Expression and o.cg is g and type(p) is Parameter:
         return g.add_shared_matmul(_MM_SHARED, p, g.pid(p), o.i)
     return _mul(p, o)
 
 
-Expression.__mul__ = _expr_mul
+# W * x from the entry add_shared_matmul keeps for W: (out shape, size, signature, op
+# differentiable, x's shape, W's node)
+Expression.__mul__ = fastpath.fast(_expr_mul, _MM_SHARED, "x, y", """
+if type(y) is _E and type(x) is _E and x.cg is g and y.cg is g:
+    COLS
+    a = x.i
+    b = y.i
+    r = fmm.get(a)
+    if r is not None and r[4] is shapes[b]:""", ("a", "b"), depth="depths[b] + 1")
 Expression.__rmul__ = lambda self, o: _mul(o, self)
 Expression.__truediv__ = fastpath.binary(_CDIV, _div)
 Expression.__rtruediv__ = lambda self, o: _div(o, self)
@@ -850,12 +859,10 @@ _rc = sys.getrefcount
 
 def _param_add(p, o):
     """p + o for a Parameter p: with o a temporary product (b + W * x), fastpath.ABSORB's rule."""
-    if type(o) is Expression and fastpath._BY_OPERATOR is not None and _rc(o) == fastpath._TEMP_OP:
-        g = o.cg
-        if g is runtime.state().graph and g.newest(o.i) and fastpath._BY_OPERATOR():
-            e = g.absorb_sum(o, p)
-            if e is not None:
-                return e
+    if type(o) is Expression and _rc(o) == TEMP_OP and o.cg is _S.graph:
+        e = o.cg.absorb_sum(o, p, sys._getframe(1))
+        if e is not None:
+            return e
     return _add(p, o)
 
 
@@ -863,7 +870,13 @@ Parameter.__add__ = _param_add
 Parameter.__radd__ = lambda p, o: _add(o, p)
 Parameter.__sub__ = lambda p, o: _sub(p, o)
 Parameter.__rsub__ = lambda p, o: _sub(o, p)
-Parameter.__mul__ = _param_mul
+Parameter.__mul__ = fastpath.fast(_param_mul, _MM_SHARED, "x, y", """
+if type(y) is _E and y.cg is g:
+    COLS
+    r = fmm.get(x)
+    b = y.i
+    if r is not None and r[4] is shapes[b]:
+        a = r[5]""", ("a", "b"), depth="depths[b] + 1")
 Parameter.__rmul__ = lambda p, o: _mul(o, p)
 Parameter.__truediv__ = lambda p, o: _div(p, o)
 Parameter.__neg__ = lambda p: _op(_SCALE, p, attr=(-1.0, 0.0))

@@ -14,7 +14,6 @@ A cache entry ``r`` starts (out shape, size, signature, op differentiable); what
 depends on the cache (input shapes, attr, parameter nodes; see ComputationGraph.__init__)."""
 from __future__ import annotations
 
-import dis
 import functools
 import sys
 import textwrap
@@ -24,7 +23,7 @@ from .graph import Expression
 
 # the guards' line "COLS" becomes this unpacking of ComputationGraph._cols (the columns and
 # caches under these names), placed where g is known to be a graph
-COLS = "depths, needs, uses, sigs, args, shapes, attrs, datas, f1, f2, f3, fw, flk = g._cols"
+COLS = "depths, needs, uses, sigs, args, shapes, attrs, datas, f1, f2, f3, fw, flk, fmm = g._cols"
 
 _APPEND = """\
 {depth}
@@ -167,45 +166,19 @@ _FUSE_IN = """
             return t"""
 
 
-def _operator_probes():
-    """(the reference count of a temporary operand inside an operator method called by its
-    operator, which holds one more reference than a plain call; a function telling, from the
-    caller's frame, whether the method was called by an operator), or (-1, None) where this
-    interpreter does not tell a temporary from a named operand that way."""
-    ops = {dis.opmap[n] for n in ("BINARY_OP", "BINARY_ADD", "INPLACE_ADD") if n in dis.opmap}
-    gf = sys._getframe
+from .operators import BY_OPERATOR as _BY_OPERATOR, TEMP_OP as _TEMP_OP  # noqa: E402
 
-    def by_operator():
-        f = gf(2)
-        return f.f_code.co_code[f.f_lasti] in ops
-
-    class Probe:
-        def __add__(self, o):
-            return sys.getrefcount(o), by_operator()
-
-    named = Probe()
-    temp, op1 = Probe() + Probe()
-    held, op2 = Probe() + named
-    _, direct = Probe().__add__(Probe())
-    if not (held > temp and op1 and op2 and not direct):
-        return -1, None
-    return temp, by_operator
-
-
-_TEMP_OP, _BY_OPERATOR = _operator_probes()
-
-# x + y by the + operator (Expression.__add__), with x or y the newest node, not yet computed,
-# that only this call holds: a product W·h whose sum with the other operand is one node
-# (ComputationGraph.absorb_sum: W·h + b is affine_transform([b, W, h])). An explicit call of
-# __add__ holds its arguments once less, so a named operand would pass the count test there:
-# the caller's instruction rules that out.
-_ABSORB = """\
-if type(y) is _E and y.cg is g and _rc(y) == _TEMP_OP and g.newest(y.i) and _BY_OPERATOR():
-    e = g.absorb_sum(y, x)
+# x + y by the + operator (Expression.__add__), with x or y a temporary that only this call
+# holds: where it is the newest node, not yet computed, and a product W·h, its sum with a
+# parameter is that one node (ComputationGraph.absorb_sum: W·h + b is affine_transform([b, W,
+# h])). An explicit call of __add__ holds its arguments once less, so a named operand would
+# pass the count test there: absorb_sum checks the caller's instruction (_gf(1)).
+_ABSORB = """if type(y) is _E and y.cg is g and _rc(y) == _TEMP_OP:
+    e = g.absorb_sum(y, x, _gf(1))
     if e is not None:
         return e
-if type(x) is _E and x.cg is g and _rc(x) == _TEMP_OP and g.newest(x.i) and _BY_OPERATOR():
-    e = g.absorb_sum(x, y)
+if type(x) is _E and x.cg is g and _rc(x) == _TEMP_OP:
+    e = g.absorb_sum(x, y, _gf(1))
     if e is not None:
         return e
 """
@@ -225,4 +198,4 @@ def binary(op, slow, attr=None, params: str = "x, y", unpack: str = None, absorb
     if absorb and _BY_OPERATOR is not None:
         guard = _ABSORB + guard
     return fast(slow, op, params, guard, ("a", "b"), attr=None if attr is None else "_attr", _attr=attr,
-                _TEMP_OP=_TEMP_OP, _BY_OPERATOR=_BY_OPERATOR)
+                _TEMP_OP=_TEMP_OP, _gf=sys._getframe)

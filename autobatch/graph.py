@@ -20,6 +20,7 @@ from . import runtime
 from .errors import GraphError, StaleExpressionError, called, user_line, user_site, where_code
 from .executor import Executor
 from .ops import ShapeError
+from .operators import BY_OPERATOR
 from .ops.fused import FUSED, FUSED_IN, SUMS
 from .ops.base import WIDE_ARITY, prod
 from .runtime import Strategy, parse_strategy
@@ -400,7 +401,7 @@ class ComputationGraph:
         fast path unpacks it once instead of loading a dozen attributes, a tenth of its time.
         Only revert() replaces a cache; the columns change in place."""
         self._cols = (self.depths, self.needs, self.uses, self.sigs, self.args, self.shapes,
-                      self.attrs, self.datas, self._f1, self._f2, self._f3, self._fw, self._flk)
+                      self.attrs, self.datas, self._f1, self._f2, self._f3, self._fw, self._flk, self._fmm)
 
     # --- DyNet's checkpoints: build a candidate, evaluate it, drop it (beam search) -------
     def checkpoint(self) -> None:
@@ -495,22 +496,23 @@ class ComputationGraph:
         self._fuse[(s, op, j)] = sig
         return sig
 
-    def newest(self, i: int) -> bool:
-        """Node i is the graph's last node, or only a parameter's node follows it (the parameter
-        of ``W * x + dy.parameter(b)``, added after the product): no node reads node i."""
-        n = len(self.sigs) - 1
-        return i == n or i == n - 1 and self.sigs[n] < 0 and not self.args[n]
-
-    def absorb_sum(self, t, o):
-        """t + o as one node, where t is the newest node, not yet computed, that only the
-        caller's temporary reaches (the API checks that: fastpath.ABSORB), and its op declares
-        a form with an addend (W·x: ops/fused.py SUMS). o, a parameter of t's shape (or its
-        Expression), becomes that node's first input: W·x + b is then the node
-        affine_transform([b, W, x]) makes, so that an activation over it fuses too. Returns t,
-        or None where the rule does not apply (the caller then adds a plain sum)."""
+    def absorb_sum(self, t, o, caller):
+        """t + o as one node, where t, a temporary only the caller's + operator holds (the API
+        checks the count: fastpath.ABSORB; caller: the frame of the code that wrote the +,
+        whose instruction must be that operator), is the newest node, not yet computed, and
+        its op declares a form with a bias (W·x: ops/fused.py SUMS); a parameter's node may
+        follow it (``W * x + dy.parameter(b)`` adds b's node after the product). o, a
+        parameter of t's shape (or its Expression), becomes the node's first input: W·x + b is
+        then the node affine_transform([b, W, x]) makes, so that an activation over it fuses
+        too. Returns t, or None where the rule does not apply (a plain sum is added instead)."""
         n1 = t.i
-        s = self.sigs[n1]
-        if not self.fuses or s < 0 or n1 < self.exe.done:
+        sigs = self.sigs
+        n = len(sigs) - 1
+        if n1 != n and not (n1 == n - 1 and sigs[n] < 0 and not self.args[n]):
+            return None
+        s = sigs[n1]
+        if s < 0 or not self.fuses or n1 < self.exe.done or self.sig_op[s] not in SUMS \
+                or BY_OPERATOR is None or not BY_OPERATOR(caller):
             return None
         if type(o) is Expression:
             if o.cg is not self:
@@ -529,13 +531,9 @@ class ComputationGraph:
         key = (s, k)
         ns = self._sums.get(key)
         if ns is None:
-            op = SUMS.get(self.sig_op[s])
-            ns = -1 if op is None else self._sig_of(op, (k,) + self.args[n1], self.attrs[n1])
-            self._sums[key] = ns
-        if ns < 0:
-            return None
+            ns = self._sums[key] = self._sig_of(SUMS[self.sig_op[s]], (k,) + self.args[n1], self.attrs[n1])
         self.args[n1] = (k,) + self.args[n1]
-        self.sigs[n1] = ns
+        sigs[n1] = ns
         depths = self.depths
         if depths[k] >= depths[n1]:
             depths[n1] = depths[k] + 1
@@ -658,10 +656,10 @@ class ThroughAdd:
 
     # the API's inline fast paths find nothing here, so every node goes through add()
     _f1 = _f2 = _f3 = _fw = _flk = MappingProxyType({})
-    _cols = (None,) * 8 + (_f1,) * 5    # no columns (TraceGraph), caches that stay empty
+    _cols = (None,) * 8 + (_f1,) * 6    # no columns (TraceGraph), caches that stay empty
 
-    def newest(self, i):                # nothing is rewritten in place here (fastpath.ABSORB)
-        return False
+    def absorb_sum(self, t, o, caller):   # nothing is rewritten in place here (fastpath.ABSORB)
+        return None
 
     def add3(self, op, a, b, c):
         return self.add(op, (a, b, c))
@@ -677,6 +675,9 @@ class ThroughAdd:
 
     def add_affine(self, op, b, w, x):
         return self.add(op, (self.pid(b), self.pid(w), x))
+
+    def add_shared_matmul(self, op, key, w, x):
+        return self.add(op, (w, x))
 
 
 class _DebugGraph(ThroughAdd, ComputationGraph):
