@@ -14,7 +14,7 @@ from bench import __main__ as cli
 TINY = dict(hidden=8, batch_size=4, n=8, repeats=1, warmup="batch")
 
 
-@pytest.mark.parametrize("task", tasks.NAMES)
+@pytest.mark.parametrize("task", tasks.NAMES + ["treelstm_ops"])
 def test_measure_every_task(task):
     rec = runner.measure(dict(TINY, task=task, framework="autobatch", strategy="agenda"))
     assert rec["instances_per_s"] > 0 and rec["total_s"] > 0
@@ -191,3 +191,28 @@ def test_blas_bound_counts_the_products_of_every_instance():
     assert rows == {(8, 8): 3 * leaves + 2 * inner, (8, 16): 3 * inner, (meta["n_labels"], 8): leaves + inner}
     r = floor.bound("treefc", 8, 2, 16)
     assert r["bound_ips"] > 0 and r["gflop_per_inst"] == pytest.approx(6 * (510 * 8 * 16 + 2 * labels * 8) / 2 / 1e9)
+
+
+def test_the_operator_form_of_the_tree_lstm_builds_the_affine_forms_graph():
+    """treelstm_ops writes each gate as dy.logistic(b + W * x): the + takes the bias into the
+    product, so a tree has the nodes and batches of treelstm's affine_transform form (plus the
+    cell state's two sums, and minus the output layer's bias), and trains to finite losses."""
+    import autobatch as dy
+    ops_task, aff_task = tasks.get("treelstm_ops"), tasks.get("treelstm")
+    insts, meta = ops_task.data(6, seed=1)
+    counts = {}
+    for t in (ops_task, aff_task):
+        pc = dy.ParameterCollection()
+        m = t.Model(dy, pc, meta, 8)
+        dy.renew_cg()
+        assert np.isfinite(dy.esum([m.loss(dy, x) for x in insts]).value())
+        c = counts[t.TITLE] = {}
+        for op in dy.cg().ops:
+            if op is not None:
+                c[op.name] = c.get(op.name, 0) + 1
+    ops, aff = counts[ops_task.TITLE], counts[aff_task.TITLE]
+    tree_nodes = sum(len(x.nodes()) for x in insts)
+    assert ops.pop("matmul_shared") == aff.pop("affine") == tree_nodes      # the loss's W * h
+    # the cell state: esum of three products there, two + here
+    assert ops.pop("add") == aff.pop("add") + sum(not n.is_leaf() for x in insts for n in x.nodes())
+    assert ops == aff and ops["affine>logistic"] > 0
