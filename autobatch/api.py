@@ -818,7 +818,8 @@ def _expr_mul(a, b):
     """a * b for an Expression a: W * x with W a parameter's node fills the graph's entry for
     that W, which the inline path below reads (DyNet programs write every product so)."""
     g = _S.graph
-    if type(b) is Expression and a.cg is g and b.cg is g and a.i in g.ext:
+    # a is a BatchedExpression where the minibatch emulation lends it this operator
+    if type(a) is Expression and type(b) is Expression and a.cg is g and b.cg is g and a.i in g.ext:
         return g.add_shared_matmul(_MM_SHARED, a.i, a.i, b.i)
     return _mul(a, b)
 

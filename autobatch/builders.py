@@ -395,7 +395,7 @@ class VanillaLSTMBuilder(_Builder):
         self.ln_lstm = bool(ln_lstm)
         self.forget_bias = float(forget_bias)
         super().__init__(layers, input_dim, hidden_dim, model)
-        self.spec = (layers, input_dim, hidden_dim, self.ln_lstm, self.forget_bias)   # as DyNet's
+        self.spec = (self.layers, self.input_dim, self.hidden_dim, self.ln_lstm, self.forget_bias)   # as DyNet's
         if self.ln_lstm:
             # an instance attribute: the plain builder's steps do not test for layer norm
             self._layer_step = self._ln_layer_step

@@ -41,7 +41,7 @@ class CompactVanillaLSTMBuilder(VanillaLSTMBuilder):
 
     def __init__(self, layers: int, input_dim: int, hidden_dim: int, model: ParameterCollection):
         super().__init__(layers, input_dim, hidden_dim, model)   # DyNet's has no forget_bias argument
-        self.spec = (layers, input_dim, hidden_dim)              # nor ln_lstm: its spec, as DyNet's
+        self.spec = (self.layers, self.input_dim, self.hidden_dim)   # nor ln_lstm: its spec, as DyNet's
         self.weightnoise_std = 0.0
 
     def set_weightnoise(self, std: float) -> None:

@@ -514,6 +514,10 @@ class ComputationGraph:
         if s < 0 or not self.fuses or n1 < self.exe.done or self.sig_op[s] not in SUMS \
                 or BY_OPERATOR is None or not BY_OPERATOR(caller):
             return None
+        if self._checkpoints and self._checkpoints[-1] > n1:
+            # a checkpoint taken after the product (inside the other operand): revert() would
+            # keep the product node, rewritten to read b's node, which it may drop
+            return None
         if type(o) is Expression:
             if o.cg is not self:
                 return None

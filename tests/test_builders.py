@@ -208,6 +208,9 @@ def test_sizes_are_read_as_dynet_reads_them(name):
         args = (1, 4, bad, m, dy.LSTMBuilder) if name == "BiRNNBuilder" else (1, 4, bad, m)
         with pytest.raises(ValueError, match="hidden_dim must be a positive int"):
             make(*args)
+    b = make(1, 4.0, 6.0, m, dy.LSTMBuilder) if name == "BiRNNBuilder" else make(1, 4.0, np.float32(3.0), m)
+    spec = b.spec if name != "BiRNNBuilder" else b.spec[:3]
+    assert [type(v) for v in spec[:3]] == [int] * 3 and spec[:3] == (1, 4, 6 if name == "BiRNNBuilder" else 3)
     sm = dy.StandardSoftmaxBuilder(4.0, np.int64(5), m)
     dy.renew_cg()
     assert sm.full_log_distribution(dy.inputVector([1.0, 2.0, 3.0, 4.0])).dim() == ((5,), 1)

@@ -366,3 +366,16 @@ def test_list_ops_take_generators_of_batches():
             assert got.dim() == want.dim(), name
             np.testing.assert_allclose(got.npvalue(), want.npvalue(), err_msg=name)
     assert dy.esum(e for e in [E[1], E[2]]).npvalue().tolist() == [9.0, 11.0, 13.0]    # no batch
+
+
+def test_a_batch_on_the_left_of_a_product():
+    """batch * expression (a scalar, or a batch of matrices times a vector) went through the
+    product's inline path, which read the batch as an Expression (AttributeError, no line)."""
+    pc = dy.ParameterCollection()
+    E = pc.add_lookup_parameters((5, 3), init=np.arange(15.0).reshape(5, 3))
+    dy.renew_cg()
+    xb = dy.lookup_batch(E, [1, 3])
+    y = xb * dy.scalarInput(2.0)
+    assert y.dim() == ((3,), 2) and y.npvalue().tolist() == [[6.0, 18.0], [8.0, 20.0], [10.0, 22.0]]
+    Mb = dy.reshape(dy.lookup_batch(E, [0, 1]), (3, 1))
+    assert (Mb * dy.inputVector([2.0])).npvalue().tolist() == [[0.0, 6.0], [2.0, 8.0], [4.0, 10.0]]
