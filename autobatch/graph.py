@@ -372,28 +372,13 @@ class ComputationGraph:
         return e
 
     def add_shared_matmul(self, op, key, w: int, x: int) -> "Expression":
-        """W·x for the parameter node w (DyNet's ``W * x``): key (w, or the Parameter) finds
-        the last entry for that W, whose signature serves while x's shape is the same."""
+        """W·x for the parameter node w (DyNet's ``W * x``) through add(), recording the entry
+        for key (w, or the Parameter) that the operator's inline path appends from while x's
+        shape is the same (api.py: Expression.__mul__, Parameter.__mul__)."""
         sx = self.shapes[x]
-        r = self._fmm.get(key)
-        if r is None or r[4] is not sx:
-            e = self.add(op, (w, x))
-            q = _RULES[(op, (self.shapes[w], sx), None)]
-            self._fmm[key] = (q[0], q[1], self.sigs[e.i], op.differentiable, sx, w)
-            return e
-        depths, needs, uses = self.depths, self.needs, self.uses
-        depths.append(depths[x] + 1)    # a parameter has depth 0
-        needs.append(r[3] and (needs[w] or needs[x]))
-        uses[w] += 1                    # as add() counts them (recipes.py replays its columns)
-        uses[x] += 1
-        uses.append(0)
-        n = len(self.sigs)
-        self.args.append((w, x))
-        self.shapes.append(r[0])
-        self.sigs.append(r[2])
-        e = Expression()
-        e.cg = self
-        e.i = n
+        e = self.add(op, (w, x))
+        q = _RULES[(op, (self.shapes[w], sx), None)]
+        self._fmm[key] = (q[0], q[1], self.sigs[e.i], op.differentiable, sx, w)
         return e
 
     def _bind(self) -> None:

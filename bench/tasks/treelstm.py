@@ -50,15 +50,17 @@ class Model:
         out.append((t, h))
         return h, c
 
+    def _scores(self, dy, h):
+        return dy.affine_transform([self.b_out, self.W_out, h])
+
     def loss(self, dy, tree):
         nodes = []
         self._encode(dy, tree, nodes)
-        W, b = self.W_out, self.b_out
-        return dy.esum([dy.pickneglogsoftmax(dy.affine_transform([b, W, h]), t.label) for t, h in nodes])
+        return dy.esum([dy.pickneglogsoftmax(self._scores(dy, h), t.label) for t, h in nodes])
 
     def root_scores(self, dy, tree):
         h, _ = self._encode(dy, tree, [])
-        return dy.affine_transform([self.b_out, self.W_out, h])
+        return self._scores(dy, h)
 
 
 def torch_model(meta, hidden, emb=None):
