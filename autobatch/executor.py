@@ -41,6 +41,9 @@ def _columns(args, ids, a0):
     return (a0,) if len(ids) == 1 else tuple(zip(*itemgetter(*ids)(args)))
 
 
+_SHARED: dict = {}     # (op, number of inputs) -> op.shared_of(n): looked up per batch
+
+
 class Batch:
     # wide: False, True (a batch of wide nodes of one arity, its inputs one (B, n, *shape)
     # block), or the nodes' numbers of inputs (wide nodes of several: one (N, *shape) block)
@@ -79,6 +82,7 @@ class Executor:
         # ids: an input that is exactly that batch's nodes (logistic over an affine batch) is
         # then read as a view after one dict lookup and one list compare, without the offsets
         self.blocks: dict = {}
+        self._sizes: dict = {}    # signature -> its list of batch sizes in the graph's stats
 
     def release(self):
         """The graph was renewed: recycle the arena (no view of it survives: values
@@ -164,7 +168,9 @@ class Executor:
         if p is not None:
             return p.data
         o = self.offs[i]
-        return self.buf[o:o + self.g.sizes[i]].reshape(self.g.shapes[i])
+        g = self.g
+        s = g.shapes[i]
+        return self.buf[o:o + g.sizes.of(s)].reshape(s)
 
     # --- forward --------------------------------------------------------------
     def forward(self, hi):
@@ -202,6 +208,7 @@ class Executor:
                 st.sizes[name].pop()
                 if not st.sizes[name]:
                     del st.sizes[name]
+                    self._sizes = {}
             self._drop_batches(nb0)
             self.top = top0
             self.runs.pop()
@@ -235,7 +242,7 @@ class Executor:
         if sizes_flat is None:
             b = self.blocks.get(srcs[0])
             # the row-size test: the same nodes read with another shape are not that block
-            if b is not None and b.ids == srcs and b.n == B * self.g.sizes[srcs[0]]:
+            if b is not None and b.ids == srcs and b.n == B * self.g.sizes.of(self.g.shapes[srcs[0]]):
                 st.copies_skipped += 1
                 return self.buf[b.out:b.out + b.n].reshape((B,) + shape), ("view", srcs, b.out), None
         o = list(itemgetter(*srcs)(self.offs)) if B > 1 else [self.offs[srcs[0]]]
@@ -249,7 +256,7 @@ class Executor:
                 x = self.buf[idx]
             st.copies_done += 1
             return x, ("flat", srcs, idx), None
-        size = self.g.sizes[srcs[0]]
+        size = self.g.sizes.of(self.g.shapes[srcs[0]])
         o0 = o[0]
         # evenly spaced offsets from o0 >= 0 are all in the arena: the usual views are
         # recognised before any scan for sources outside it
@@ -288,7 +295,7 @@ class Executor:
     def _run(self, ids):
         g = self.g
         i0 = ids[0]
-        op = g.ops[i0]
+        op = g.sig_op[g.sigs[i0]]
         a0 = g.args[i0]
         B = len(ids)
         cols = None
@@ -296,7 +303,9 @@ class Executor:
             cols = _columns(g.args, ids, a0)
             if self._view(ids, op, a0, cols):
                 return
-        shared = op.shared_of(len(a0))
+        shared = _SHARED.get((op, len(a0)))
+        if shared is None:
+            shared = _SHARED[(op, len(a0))] = op.shared_of(len(a0))
         sizes_flat = None
         if op.elementwise and B > 1:
             each = itemgetter(*ids)(g.shapes)       # shapes are interned: count() meets the same object
@@ -326,7 +335,7 @@ class Executor:
                     xs.append(x)
                     ins.append(info)
         data = (list(itemgetter(*ids)(g.datas)) if B > 1 else [g.datas[i0]]) if op.has_data else None
-        attr = g.attrs[i0]
+        attr = g.attrs.get(i0)
         r = None
         if op.has_into or stacked:
             # the result goes straight into its block: elementwise ops keep their inputs'
@@ -334,7 +343,8 @@ class Executor:
             if op.elementwise and not stacked:
                 shape, n = xs[0].shape, xs[0].size
             else:
-                shape, n = (B,) + g.shapes[i0], B * g.sizes[i0]
+                s0 = g.shapes[i0]
+                shape, n = (B,) + s0, B * g.sizes.of(s0)
         else:
             r = op.forward(self.xp, xs, attr, data)
             shape, n = r.shape, r.size
@@ -369,7 +379,11 @@ class Executor:
         self.batches.append(b)
         if sizes_flat is None:
             self.blocks[ids[0]] = b
-        g.stats.sizes[g.sig_name(g.sigs[i0])].append(B)
+        sig = g.sigs[i0]
+        sizes = self._sizes.get(sig)
+        if sizes is None:
+            sizes = self._sizes[sig] = g.stats.sizes[g.sig_name(sig)]
+        sizes.append(B)
 
     def _view(self, ids, op, a0, cols):
         """Point the nodes at their inputs' memory if op.view allows it for every node
