@@ -212,13 +212,14 @@ def parameter(p: Parameter, update: bool = True) -> Expression:
     table of shape (V, d) reads as DyNet's whole-table expression: (d, V), a row per column."""
     g = _S.graph
     if update is True and type(p) is Parameter and type(g) is ComputationGraph:
-        # DyNet's benchmark programs call it for every parameter at every tree node
-        n = g._pfast.get(p)
-        if n is None:
-            n = g._pfast[p] = g.param_expr(p, True).i
-        e = Expression()
-        e.cg = g
-        e.i = n
+        # DyNet's benchmark programs call it for every parameter at every tree node: one
+        # Expression per parameter and graph serves them all (a handle is never changed)
+        e = g._pexpr.get(p)
+        if e is None:
+            n = g._pfast.get(p)
+            if n is None:
+                n = g._pfast[p] = g.param_expr(p, True).i
+            e = g._pexpr[p] = expression(g, n)
         return e
     e = _graph().param_expr(p, update)
     return transpose(e) if _table(p) else e

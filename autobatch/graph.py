@@ -139,6 +139,7 @@ class ComputationGraph:
         self.ext: dict = {}         # node -> Parameter (its value lives outside the arena)
         self.pnode: dict = {}       # (id(param), update) -> node
         self._pfast: dict = {}      # param -> node, for update=True
+        self._pexpr: dict = {}      # param -> its Expression, for dy.parameter(p)
         self._sigtab: dict = {}     # per-graph signature interning (shared node ids are per graph)
         self._fast: dict = {}       # add1/add2 caches (signatures are per graph)
         self._faff: dict = {}       # add_affine cache
@@ -420,6 +421,7 @@ class ComputationGraph:
             del self.ext[k]
         self.pnode = {k: v for k, v in self.pnode.items() if v < n}
         self._pfast = {k: v for k, v in self._pfast.items() if v < n}
+        self._pexpr = {k: v for k, v in self._pexpr.items() if v.i < n}
         self._fast = {k: v for k, v in self._fast.items() if not (type(k[1]) is int and k[1] >= n)}
         self._faff = {k: v for k, v in self._faff.items() if v[6] < n and v[7] < n}
         self._fmm = {k: v for k, v in self._fmm.items() if v[5] < n}

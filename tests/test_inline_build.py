@@ -126,6 +126,9 @@ def _same_columns(program):
     # W * x and dy.parameter(W) * x: a product entry names W's node (another W's after the revert)
     [("checkpoint", 0, 0, 0), ("mul", 0, 0, 0), ("mul", 0, 0, 2), ("revert", 0, 0, 0), ("mul", 0, 0, 1),
      ("mul", 0, 0, 3), ("mul", 0, 0, 0), ("param", 0, 0, 0)],
+    # dy.parameter(b) hands out one Expression per graph: not one of a node the revert dropped
+    [("checkpoint", 0, 0, 0), ("param", 1, 1, 0), ("revert", 0, 0, 0), ("lookup", 1, 0, 1),
+     ("param", 1, 1, 0), ("binary", 0, 0, 0)],
 ])
 def test_inline_paths_after_revert(program):
     _same_columns(program)
