@@ -96,6 +96,9 @@ class Executor:
         memory.give(self.gbuf)
         self.buf = self.gbuf = None
         self.pgrads = {}
+        pexpr = getattr(self.g, "_pexpr", None)
+        if pexpr:
+            pexpr.clear()         # dy.parameter's handles, which point back at the graph
         self.g = None
 
     def invalidate(self):

@@ -234,6 +234,7 @@ def test_renewed_graph_is_freed_without_the_cycle_collector():
         W = m.add_parameters((2, 3))
         g = dy.renew_cg("agenda")
         loss = dy.esum([dy.squared_norm(dy.tanh(W * dy.inputVector([1.0, 2.0, k]))) for k in range(3)])
+        loss = loss + dy.sum_elems(dy.parameter(W))     # the graph's cached handle of W points back at it
         loss.backward()
         ref = weakref.ref(g)
         del g, loss
