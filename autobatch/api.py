@@ -216,10 +216,7 @@ def parameter(p: Parameter, update: bool = True) -> Expression:
         # Expression per parameter and graph serves them all (a handle is never changed)
         e = g._pexpr.get(p)
         if e is None:
-            n = g._pfast.get(p)
-            if n is None:
-                n = g._pfast[p] = g.param_expr(p, True).i
-            e = g._pexpr[p] = expression(g, n)
+            e = g._pexpr[p] = expression(g, g.pid(p))
         return e
     e = _graph().param_expr(p, update)
     return transpose(e) if _table(p) else e
