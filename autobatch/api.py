@@ -4,7 +4,6 @@ added to the graph) and appends one node. Shapes: vectors are (n,), matrices (m,
 from __future__ import annotations
 
 import numbers
-import sys
 from typing import Sequence
 
 import numpy as np
@@ -12,7 +11,6 @@ import numpy as np
 from . import runtime
 from .errors import GraphError, GraphIndexError, StaleExpressionError, called, user_line
 from . import api_dims, fastpath, minibatch
-from .operators import TEMP_OP
 from .graph import ComputationGraph, Expression, cg, expression
 from .ops import OPS
 from .params import LookupParameter, Parameter
@@ -286,7 +284,11 @@ def affine_transform(xs: Sequence) -> Expression:
                 wi = w.i if type(w) is Expression and w.cg is g and w.i in g.ext else -1
             if wi >= 0 and type(b) is Expression and b.cg is g:  # parameter expressions (builders)
                 # a computed bias is stacked (matmul_add), a parameter one shared (affine)
-                return g.add(_AFFINE if b.i in g.ext else _MATMUL_ADD, (b.i, wi, x.i))
+                if b.i not in g.ext:
+                    return g.add(_MATMUL_ADD, (b.i, wi, x.i))
+                if type(w) is Expression:     # dy.parameter handles: the inline path's entry
+                    return g.add_affine_nodes(_AFFINE, b.i, wi, x.i)
+                return g.add(_AFFINE, (b.i, wi, x.i))
     if len(xs) % 2 == 0:
         raise GraphError(f"affine_transform: needs [b, W1, x1, W2, x2, ...], got {len(xs)} items [at {user_line()}]")
     xs[0] = _bias_like(g, xs)
@@ -314,15 +316,24 @@ def _bias_like(g, xs):
     return expression(g, api_dims.fit(g, i, out))
 
 
-# b and W are update=True parameters (need gradients, depth 0): only x is looked at
+# b and W are update=True parameters (need gradients, depth 0), as Parameters or as their
+# dy.parameter handles (DyNet 2.0's programs take handles of every parameter): only x is
+# looked at; handles find their entry under W's node (ComputationGraph.add_affine_nodes)
 affine_transform = fastpath.fast(affine_transform, _AFFINE, "xs", """
 if type(xs) is list and len(xs) == 3:
     b, w, x = xs
-    if type(x) is _E and x.cg is g and type(w) is _P:
+    if type(x) is _E and x.cg is g:
         COLS
         xi = x.i
-        r = fw.get(w)            # add_affine's last entry for W
-        if r is not None and r[4] is b and r[5] is shapes[xi]:
+        if type(w) is _P:
+            r = fw.get(w)        # add_affine's last entry for W
+            ok = r is not None and r[4] is b
+        elif type(w) is _E and type(b) is _E and w.cg is g and b.cg is g:
+            r = fw.get(w.i)
+            ok = r is not None and r[4] == b.i
+        else:
+            ok = False
+        if ok and r[5] is shapes[xi]:
             pb = r[6]
             pw = r[7]""", ("pb", "pw", "xi"), need="r[3]", depth="depths[xi] + 1", params_in=("pb", "pw"),
                                  _P=Parameter)
@@ -853,19 +864,8 @@ LookupParameter.expr = lambda p, update=True: parameter(p, update)     # DyNet's
 Parameter.__getitem__ = lambda p, k: _getitem(parameter(p), k)
 
 
-_rc = sys.getrefcount
-
-
-def _param_add(p, o):
-    """p + o for a Parameter p: with o a temporary product (b + W * x), fastpath.ABSORB's rule."""
-    if type(o) is Expression and _rc(o) == TEMP_OP and o.cg is _S.graph:
-        e = o.cg.absorb_sum(o, p, sys._getframe(1))
-        if e is not None:
-            return e
-    return _add(p, o)
-
-
-Parameter.__add__ = _param_add
+# p + o for a Parameter p: with o a temporary product (b + W * x), fastpath.ABSORB's rule
+Parameter.__add__ = fastpath.binary(_ADD, _add, absorb=True)
 Parameter.__radd__ = lambda p, o: _add(o, p)
 Parameter.__sub__ = lambda p, o: _sub(p, o)
 Parameter.__rsub__ = lambda p, o: _sub(o, p)

@@ -372,6 +372,17 @@ class ComputationGraph:
         e.i = n
         return e
 
+    def add_affine_nodes(self, op, pb: int, pw: int, x: int) -> "Expression":
+        """b + W·x for the parameter nodes pb and pw (dy.parameter handles) through add(),
+        recording the entry the inline path appends from (api.affine_transform), under W's
+        node: where both parameters need gradients, as that path assumes."""
+        e = self.add(op, (pb, pw, x))
+        if self.needs[pb] and self.needs[pw]:
+            sx = self.shapes[x]
+            r = _RULES[(op, (self.shapes[pb], self.shapes[pw], sx), None)]
+            self._fw[pw] = (r[0], r[1], self.sigs[e.i], op.differentiable, pb, sx, pb, pw)
+        return e
+
     def add_shared_matmul(self, op, key, w: int, x: int) -> "Expression":
         """W·x for the parameter node w (DyNet's ``W * x``) through add(), recording the entry
         for key (w, or the Parameter) that the operator's inline path appends from while x's
@@ -666,6 +677,9 @@ class ThroughAdd:
 
     def add_affine(self, op, b, w, x):
         return self.add(op, (self.pid(b), self.pid(w), x))
+
+    def add_affine_nodes(self, op, pb, pw, x):
+        return self.add(op, (pb, pw, x))
 
     def add_shared_matmul(self, op, key, w, x):
         return self.add(op, (w, x))

@@ -15,10 +15,8 @@ def _probes():
     """(the reference count of a temporary operand inside an operator method called by its
     operator; a function telling from the method's caller's frame whether an operator called
     it), or (-1, None) where this interpreter does not tell a temporary that way."""
-    ops = {dis.opmap[n] for n in ("BINARY_OP", "BINARY_ADD", "INPLACE_ADD") if n in dis.opmap}
-
     def by_operator(f):
-        return f.f_code.co_code[f.f_lasti] in ops
+        return f.f_code.co_code[f.f_lasti] in BY_OPCODES
 
     class Probe:
         def __add__(self, o):
@@ -33,4 +31,7 @@ def _probes():
     return temp, by_operator
 
 
+# the opcodes of the operators (the + operator's inline path, fastpath.ABSORB, reads the
+# caller's instruction itself: a call of BY_OPERATOR costs a third of that path)
+BY_OPCODES = frozenset(dis.opmap[n] for n in ("BINARY_OP", "BINARY_ADD", "INPLACE_ADD") if n in dis.opmap)
 TEMP_OP, BY_OPERATOR = _probes()

@@ -255,3 +255,63 @@ def test_a_checkpoint_inside_the_other_operand_keeps_the_sum_apart(m):
     dy.cg_revert()
     z = dy.inputTensor(np.arange(5.0))
     assert dy.sum_elems(z).value() == 10.0
+
+
+def test_repeated_bias_sums_take_the_inline_path(m, monkeypatch):
+    """A (product signature, bias) pair absorbed once in a graph is absorbed again by the +
+    operator's inline path, without ComputationGraph.absorb_sum; sums of temporaries whose op
+    has no form with a bias (c = i·u + f·c') never call it."""
+    from autobatch.graph import ComputationGraph
+    calls = []
+    orig = ComputationGraph.absorb_sum
+    monkeypatch.setattr(ComputationGraph, "absorb_sum", lambda self, *a: (calls.append(1), orig(self, *a))[1])
+    W, b, E = m["W"], m["b"], m["E"]
+    dy.renew_cg()
+    pW, pb = dy.parameter(W), dy.parameter(b)
+    hs = []
+    for k in range(10):
+        x = dy.lookup(E, k % 6)
+        hs += [dy.logistic(pb + pW * x), dy.tanh(pW * x + pb), W * x + b, b + W * x]
+        dy.cmult(x, x) + dy.cmult(x, x)
+    g = dy.cg()
+    assert [g.ops[h.i].name for h in hs[:4]] == ["affine>logistic", "affine>tanh", "affine", "affine"]
+    assert len({g.sigs[h.i] for h in hs}) == 3          # the four forms: one affine signature, fused twice
+    assert len(calls) <= 4, len(calls)
+    xs = np.stack([dy.lookup(E, k % 6).npvalue() for k in range(10)])
+    pre = xs @ W.npvalue().T + b.npvalue()
+    got = np.stack([h.npvalue() for h in hs]).reshape(10, 4, -1)
+    for j, f in enumerate((lambda v: 1 / (1 + np.exp(-v)), np.tanh, lambda v: v, lambda v: v)):
+        np.testing.assert_allclose(got[:, j], f(pre), rtol=1e-5)
+
+
+def test_a_cached_bias_sum_still_refuses_what_absorb_sum_refuses(m):
+    """The refusals of test_a_sum_whose_product_stays_reachable... once the graph's cache
+    holds the pair, where the inline path decides: a named product, an explicit __add__, a
+    computed product, a product that is not the newest node, a checkpoint after the product."""
+    W, b, E = m["W"], m["b"], m["E"]
+
+    def bias_after_checkpoint():
+        dy.cg_checkpoint()
+        return pb
+    dy.renew_cg()
+    pW, pb = dy.parameter(W), dy.parameter(b)
+    x = dy.lookup(E, 1)
+    warm = [pb + pW * x, pW * x + pb]           # the pair is in the graph's cache now
+    named = pW * x
+    s1 = pb + named
+    kept = pW * x
+    s2 = pb.__add__(kept)
+    done = [pW * x]
+    done[0].forward()
+    s3 = pb + done.pop()
+    s4 = pW * x + (dy.tanh(x), pb)[1]           # a node made between the product and the +
+    s5 = pW * x + bias_after_checkpoint()
+    g = dy.cg()
+    assert [g.ops[e.i].name for e in warm] == ["affine", "affine"]
+    assert [g.ops[e.i].name for e in (s1, s2, s3, s4, s5)] == ["add"] * 5
+    want = W.npvalue() @ x.npvalue()
+    for e in (named, kept):
+        np.testing.assert_allclose(e.npvalue(), want, rtol=1e-5)
+    for e in warm + [s1, s2, s3, s4, s5]:
+        np.testing.assert_allclose(e.npvalue(), want + b.npvalue(), rtol=1e-5)
+    dy.cg_revert()

@@ -29,7 +29,7 @@ class Net:
 NET = None
 
 step = st.tuples(st.sampled_from(["lookup", "input", "unary", "punary", "binary", "concat", "affine",
-                                  "pnls", "esum", "add", "mul", "param", "checkpoint", "revert"]),
+                                  "haffine", "pnls", "esum", "add", "mul", "param", "checkpoint", "revert"]),
                  st.integers(0, 11), st.integers(0, 11), st.integers(0, 11))   # small: repeats
 
 
@@ -73,6 +73,11 @@ def run(program):
             if k in (3, 4, 6, 7, 8):
                 bias = net.b[o][w % 2]
                 pool.append(dy.affine_transform([bias, net.W[(o, k)][(w // 2) % 2], x]))
+        elif kind == "haffine":              # DyNet 2.0's form: dy.parameter handles of b and W
+            o, k = (3, 4)[v % 2], sx[0]
+            if k in (3, 4, 6, 7, 8):
+                pool.append(dy.affine_transform([dy.parameter(net.b[o][w % 2]),
+                                                 dy.parameter(net.W[(o, k)][(w // 2) % 2]), x]))
         elif kind == "mul":                  # W * x: a Parameter, or its expression
             o, k = (3, 4)[v % 2], sx[0]
             if k in (3, 4, 6, 7, 8):
@@ -126,6 +131,9 @@ def _same_columns(program):
     # W * x and dy.parameter(W) * x: a product entry names W's node (another W's after the revert)
     [("checkpoint", 0, 0, 0), ("mul", 0, 0, 0), ("mul", 0, 0, 2), ("revert", 0, 0, 0), ("mul", 0, 0, 1),
      ("mul", 0, 0, 3), ("mul", 0, 0, 0), ("param", 0, 0, 0)],
+    # the handles' affine entry names W's node: another node after the revert
+    [("checkpoint", 0, 0, 0), ("haffine", 0, 0, 0), ("haffine", 0, 0, 0), ("revert", 0, 0, 0),
+     ("param", 0, 0, 0), ("haffine", 0, 0, 0), ("haffine", 0, 0, 0)],
     # dy.parameter(b) hands out one Expression per graph: not one of a node the revert dropped
     [("checkpoint", 0, 0, 0), ("param", 1, 1, 0), ("revert", 0, 0, 0), ("lookup", 1, 0, 1),
      ("param", 1, 1, 0), ("binary", 0, 0, 0)],
@@ -149,7 +157,8 @@ def test_inline_paths_are_taken(monkeypatch):
         h = dy.cmult(dy.logistic(dy.affine_transform([b, W, x])), dy.lookup(E, 2))
         dy.pickneglogsoftmax(dy.esum([h, h, dy.esum([h, h])]), 1)
         dy.tanh(W * x), dy.tanh(dy.parameter(W) * x)
-    assert len(g.ops) > 150 and len(calls) < 20
+        dy.logistic(dy.affine_transform([dy.parameter(b), dy.parameter(W), x]))
+    assert len(g.ops) > 170 and len(calls) < 25, len(calls)
 
 
 def test_inline_paths_check_their_inputs():
