@@ -24,6 +24,7 @@ _SCALE, _SDIV = OPS["scale_shift"], OPS["scalar_div"]
 _MM_SHARED, _MM, _AFFINE = OPS["matmul_shared"], OPS["matmul"], OPS["affine"]
 _LOOKUP, _PNLS, _CONCAT, _PICKRANGE = OPS["lookup"], OPS["pickneglogsoftmax"], OPS["concatenate"], OPS["pickrange"]
 _LSTM_CELL, _MATMUL_ADD = OPS["lstm_cell"], OPS["matmul_add"]
+_PICK, _SOFTMAX, _LOG_SOFTMAX, _DROPOUT = OPS["pick"], OPS["softmax"], OPS["log_softmax"], OPS["dropout"]
 _NP_INTS = frozenset(np.sctypeDict[k] for k in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"))
 
 
@@ -552,14 +553,22 @@ def softmax(x, d: int = 0) -> Expression:
     if d != 0:
         raise GraphError(f"softmax: d must be 0, or 1 for a matrix; got d={d} for shape "
                          f"{_shape(x)} [at {user_line()}]")
-    return _op(OPS["softmax"], x)
+    return _unary(_SOFTMAX, x)
+
+
+softmax = fastpath.fast(softmax, _SOFTMAX, "x, d=0", """
+if type(x) is _E and x.cg is g and d == 0 and type(d) is int:
+    COLS
+    a = x.i
+    r = fa.get(_op)
+    if r is not None and r[4] is shapes[a] and r[5] is None:""", ("a",))
 
 
 def log_softmax(x, restrict=None) -> Expression:
     """log(softmax(x)) over dimension 0; same shape. restrict (a vector x only): the
     log-softmax over those elements alone, -inf at the others (DyNet's)."""
     if restrict is None:
-        return _op(OPS["log_softmax"], x)
+        return _unary(_LOG_SOFTMAX, x)
     s = _shape(x)
     rows = list(dict.fromkeys(int(r) for r in restrict))
     if len(s) != 1 or not rows or not all(0 <= r < s[0] for r in rows):
@@ -571,6 +580,14 @@ def log_softmax(x, restrict=None) -> Expression:
     rest = np.full(s[0], -np.inf)
     rest[rows] = 0.0
     return inputTensor(place) * _op(OPS["log_softmax"], select_rows(x, rows)) + inputTensor(rest)
+
+
+log_softmax = fastpath.fast(log_softmax, _LOG_SOFTMAX, "x, restrict=None", """
+if type(x) is _E and x.cg is g and restrict is None:
+    COLS
+    a = x.i
+    r = fa.get(_op)
+    if r is not None and r[4] is shapes[a] and r[5] is None:""", ("a",))
 
 
 def _index_in(name, x, i, n) -> int:
@@ -651,7 +668,24 @@ def pick(x, index: int, dim: int = 0) -> Expression:
         raise GraphError(f"pick: dimension {dim} out of range for shape {s} [at {user_line()}]")
     if _vertex_index(index, s[dim]):
         return _op(OPS["pick"], x, attr=int(dim), data=index)
-    return _op(OPS["pick"], x, attr=int(dim), data=_index_in("pick", x, index, s[dim]))
+    return _unary(_PICK, x, int(dim), _index_in("pick", x, index, s[dim]))
+
+
+def _unary(op, x, attr=None, data=None) -> Expression:
+    """A node of op over x whose inline path (below) takes the next ones of its shape and attr."""
+    g = _graph()
+    return g.add_unary(op, _id(x, g, op), attr, data)
+
+
+# the inline paths of the unary ops with an attr and of the ones whose calls take more than x:
+# the entry (ComputationGraph.add_unary) holds x's shape and the attr the checks passed with
+pick = fastpath.fast(pick, _PICK, "x, index, dim=0", """
+if type(index) is int and type(x) is _E and x.cg is g and dim == 0 and type(dim) is int:
+    COLS
+    a = x.i
+    r = fa.get(_op)
+    if r is not None and r[4] is shapes[a] and r[5] == 0 and 0 <= index < r[4][0]:""", ("a",), attr="0",
+                     data="index")
 
 
 def pickrange(x, s: int, e: int, d: int = 0) -> Expression:
@@ -750,7 +784,16 @@ def dropout(x, p: float) -> Expression:
     if p == 0 or not _S.dropout:
         return unchanged(x)
     g = _graph()
-    return g.add(OPS["dropout"], (_id(x, g),), float(p), _seed(g))
+    return g.add_unary(_DROPOUT, _id(x, g), float(p), _seed(g))
+
+
+# (the seed is _seed's, of the node's own number)
+dropout = fastpath.fast(dropout, _DROPOUT, "x, p", """
+if type(p) is float and 0.0 < p < 1.0 and _S.dropout and type(x) is _E and x.cg is g:
+    COLS
+    a = x.i
+    r = fa.get(_op)
+    if r is not None and r[4] is shapes[a] and r[5] == p:""", ("a",), attr="p", data="(g.seed << 24) ^ n")
 
 
 def noise(x, stddev: float) -> Expression:

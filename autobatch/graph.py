@@ -144,6 +144,7 @@ class ComputationGraph:
         self._fast: dict = {}       # add1/add2 caches (signatures are per graph)
         self._faff: dict = {}       # add_affine cache
         self._fmm: dict = {}        # add_shared_matmul cache: W (its node or Parameter) -> entry
+        self._fa: dict = {}         # op -> add_unary's last entry + (input shape, attr)
         # the last entry of each kind, keyed by one object (no key tuple to build and hash);
         # the API's inline fast paths read them and check the input shapes by identity
         self._f1: dict = {}         # op -> add1 entry + (input shape,)
@@ -372,6 +373,16 @@ class ComputationGraph:
         e.i = n
         return e
 
+    def add_unary(self, op, a: int, attr: Any = None, data: Any = None) -> "Expression":
+        """add(op, (a,), attr, data), recording the entry that op's inline path appends from
+        while a's shape and the attr are the same (api: pick, softmax, log_softmax, dropout),
+        where the node's signature names no node."""
+        e = self.add(op, (a,), attr, data)
+        r = _RULES[(op, (self.shapes[a],), attr)]
+        if r[2] is not None and not r[3]:
+            self._fa[op] = (r[0], r[1], self.sigs[e.i], op.differentiable, self.shapes[a], attr)
+        return e
+
     def add_affine_nodes(self, op, pb: int, pw: int, x: int) -> "Expression":
         """b + W·x for the parameter nodes pb and pw (dy.parameter handles) through add(),
         recording the entry the inline path appends from (api.affine_transform), under W's
@@ -398,7 +409,8 @@ class ComputationGraph:
         fast path unpacks it once instead of loading a dozen attributes, a tenth of its time.
         Only revert() replaces a cache; the columns change in place."""
         self._cols = (self.depths, self.needs, self.uses, self.sigs, self.args, self.shapes,
-                      self.attrs, self.datas, self._f1, self._f2, self._f3, self._fw, self._flk, self._fmm)
+                      self.attrs, self.datas, self._f1, self._f2, self._f3, self._fw, self._flk, self._fmm,
+                      self._fa)
 
     # --- DyNet's checkpoints: build a candidate, evaluate it, drop it (beam search) -------
     def checkpoint(self) -> None:
@@ -658,7 +670,7 @@ class ThroughAdd:
 
     # the API's inline fast paths find nothing here, so every node goes through add()
     _f1 = _f2 = _f3 = _fw = _flk = MappingProxyType({})
-    _cols = (None,) * 8 + (_f1,) * 6    # no columns (TraceGraph), caches that stay empty
+    _cols = (None,) * 8 + (_f1,) * 7    # no columns (TraceGraph), caches that stay empty
 
     def absorb_sum(self, t, o, caller):   # nothing is rewritten in place here (fastpath.ABSORB)
         return None
@@ -677,6 +689,9 @@ class ThroughAdd:
 
     def add_affine(self, op, b, w, x):
         return self.add(op, (self.pid(b), self.pid(w), x))
+
+    def add_unary(self, op, a, attr=None, data=None):
+        return self.add(op, (a,), attr, data)
 
     def add_affine_nodes(self, op, pb, pw, x):
         return self.add(op, (pb, pw, x))

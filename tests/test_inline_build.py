@@ -29,7 +29,8 @@ class Net:
 NET = None
 
 step = st.tuples(st.sampled_from(["lookup", "input", "unary", "punary", "binary", "concat", "affine",
-                                  "haffine", "pnls", "esum", "add", "mul", "param", "checkpoint", "revert"]),
+                                  "haffine", "pnls", "esum", "add", "mul", "param", "checkpoint", "revert",
+                                  "pick", "softmax", "dropout"]),
                  st.integers(0, 11), st.integers(0, 11), st.integers(0, 11))   # small: repeats
 
 
@@ -87,6 +88,15 @@ def run(program):
             pool.append(dy.parameter(net.b[(3, 4)[u % 2]][v % 2]))
         elif kind == "pnls":
             pool.append(dy.pickneglogsoftmax(x, w % sx[0]))
+        elif kind == "pick":                 # an index one past the end half the time: refused
+            try:
+                pool.append(dy.pick(x, w % (sx[0] + 1)))
+            except dy.GraphError:
+                assert w % (sx[0] + 1) == sx[0]
+        elif kind == "softmax":
+            pool.append((dy.softmax, dy.log_softmax)[w % 2](x))
+        elif kind == "dropout":              # seeded by the node's number: the same in both graphs
+            pool.append(dy.dropout(x, (0.25, 0.5)[w % 2]))
         elif kind == "checkpoint":
             dy.cg_checkpoint()
             marks.append(len(pool))
@@ -98,6 +108,7 @@ def run(program):
 def columns(debug, program):
     dy.set_debug(debug)
     try:
+        dy.reset_random_seed(11)            # dropout's seeds: the graph's, then the node's
         g = dy.renew_cg()
         assert isinstance(g, ComputationGraph) and (type(g) is ComputationGraph) != debug
         run(program)
@@ -158,7 +169,8 @@ def test_inline_paths_are_taken(monkeypatch):
         dy.pickneglogsoftmax(dy.esum([h, h, dy.esum([h, h])]), 1)
         dy.tanh(W * x), dy.tanh(dy.parameter(W) * x)
         dy.logistic(dy.affine_transform([dy.parameter(b), dy.parameter(W), x]))
-    assert len(g.ops) > 170 and len(calls) < 25, len(calls)
+        dy.pick(dy.log_softmax(dy.dropout(h, 0.5)), 2), dy.pick(dy.softmax(h), 1)
+    assert len(g.ops) > 250 and len(calls) < 30, len(calls)
 
 
 def test_inline_paths_check_their_inputs():
@@ -181,6 +193,19 @@ def test_inline_paths_check_their_inputs():
             dy.lookup(net.E[3][0], row)
     with pytest.raises((TypeError, dy.GraphError), match="affine_transform|Expression"):
         dy.affine_transform([net.b[3][0], [[1.0]], x])     # an unhashable W
+    dy.pick(x, 0), dy.softmax(x), dy.log_softmax(x), dy.dropout(x, 0.5)    # their entries
+    for f, match in ((lambda: dy.pick(x, 3), "pick"), (lambda: dy.pick(x, -1), "pick"),
+                     (lambda: dy.pick(x, 1.5), "pick"), (lambda: dy.softmax(x, 2), "softmax"),
+                     (lambda: dy.dropout(x, 1.0), "dropout"), (lambda: dy.dropout(x, -0.5), "dropout")):
+        with pytest.raises(dy.GraphError, match=match):
+            f()
+    for f in (lambda: dy.pick(old, 0), lambda: dy.softmax(old), lambda: dy.log_softmax(old),
+              lambda: dy.dropout(old, 0.5)):
+        with pytest.raises(StaleExpressionError):
+            f()
+    assert dy.pick(x, 2.0).dim()[0] == (1,)                # a whole float, as DyNet's
+    was = len(dy.cg().ops)
+    assert dy.dropout(x, 0.0) is x and len(dy.cg().ops) == was  # the identity: no node
 
 
 def test_parameter_uses_are_neither_counted_nor_read(monkeypatch):
