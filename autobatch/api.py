@@ -25,6 +25,7 @@ _MM_SHARED, _MM, _AFFINE = OPS["matmul_shared"], OPS["matmul"], OPS["affine"]
 _LOOKUP, _PNLS, _CONCAT, _PICKRANGE = OPS["lookup"], OPS["pickneglogsoftmax"], OPS["concatenate"], OPS["pickrange"]
 _LSTM_CELL, _MATMUL_ADD = OPS["lstm_cell"], OPS["matmul_add"]
 _PICK, _SOFTMAX, _LOG_SOFTMAX, _DROPOUT = OPS["pick"], OPS["softmax"], OPS["log_softmax"], OPS["dropout"]
+_DOT, _TRANSPOSE = OPS["dot_product"], OPS["transpose"]
 _NP_INTS = frozenset(np.sctypeDict[k] for k in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"))
 
 
@@ -346,14 +347,27 @@ def dot_product(x, y) -> Expression:
     sx, sy = _shape(x), _shape(y)
     if len(sx) > 1 and sx == sy:
         return sum_elems(cmult(x, y))
-    return _op(OPS["dot_product"], x, y)
+    return _op2(_DOT, x, y)
+
+
+dot_product = fastpath.binary(_DOT, dot_product)
 
 
 def transpose(x, dims=(1, 0)) -> Expression:
     """(m, n) -> (n, m); a vector (n,) becomes (1, n). dims: DyNet's permutation of the
     dimensions (output dimension k is input dimension dims[k]), e.g. [2, 0, 1]."""
     dims = tuple(int(d) for d in dims)
-    return _op(OPS["transpose"], x, attr=None if dims == (1, 0) else dims)
+    if dims == (1, 0):
+        return _unary(_TRANSPOSE, x)
+    return _op(_TRANSPOSE, x, attr=dims)
+
+
+transpose = fastpath.fast(transpose, _TRANSPOSE, "x, dims=_T10", """
+if type(x) is _E and x.cg is g and (dims is _T10 or type(dims) is tuple and dims == _T10):
+    COLS
+    a = x.i
+    r = fa.get(_op)
+    if r is not None and r[4] is shapes[a] and r[5] is None:""", ("a",), _T10=(1, 0))
 
 
 # --- elementwise --------------------------------------------------------------------
@@ -510,22 +524,34 @@ def bmax(x, y) -> Expression:
 # --- reductions and losses -----------------------------------------------------------
 def sum_elems(x) -> Expression:
     """Sum of all elements; shape (1,)."""
-    return _op(OPS["sum_elems"], x)
+    return _op1(OPS["sum_elems"], x)
+
+
+sum_elems = fastpath.unary(OPS["sum_elems"], sum_elems, fuse=False)
 
 
 def mean_elems(x) -> Expression:
     """Mean of all elements; shape (1,)."""
-    return _op(OPS["mean_elems"], x)
+    return _op1(OPS["mean_elems"], x)
+
+
+mean_elems = fastpath.unary(OPS["mean_elems"], mean_elems, fuse=False)
 
 
 def squared_norm(x) -> Expression:
     """Σ x²; shape (1,)."""
-    return _op(OPS["squared_norm"], x)
+    return _op1(OPS["squared_norm"], x)
+
+
+squared_norm = fastpath.unary(OPS["squared_norm"], squared_norm, fuse=False)
 
 
 def l2_norm(x) -> Expression:
     """√Σ x²; shape (1,)."""
-    return _op(OPS["l2_norm"], x)
+    return _op1(OPS["l2_norm"], x)
+
+
+l2_norm = fastpath.unary(OPS["l2_norm"], l2_norm, fuse=False)
 
 
 def squared_distance(x, y) -> Expression:

@@ -122,13 +122,14 @@ _FUSE = """
             return x"""
 
 
-def unary(op, slow):
+def unary(op, slow, fuse: bool = True):
     """f(x) == slow(x) for an op without attr and data (tanh, logistic, ...); an activation
-    that ops/fused.py pairs with its input's op joins that node when it is a temporary."""
+    that ops/fused.py pairs with its input's op joins that node when it is a temporary (fuse:
+    False for the reductions, whose slow paths never fuse)."""
     return fast(slow, op, "x", """
 if type(x) is _E and x.cg is g:
     COLS
-    a = x.i""" + (_FUSE if hasattr(op, "dfdx_from_output") else "") + """
+    a = x.i""" + (_FUSE if fuse and hasattr(op, "dfdx_from_output") else "") + """
     r = f1.get(_op)
     if r is not None and r[4] is shapes[a]:""", ("a",))
 

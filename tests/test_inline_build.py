@@ -30,7 +30,7 @@ NET = None
 
 step = st.tuples(st.sampled_from(["lookup", "input", "unary", "punary", "binary", "concat", "affine",
                                   "haffine", "pnls", "esum", "add", "mul", "param", "checkpoint", "revert",
-                                  "pick", "softmax", "dropout"]),
+                                  "pick", "softmax", "dropout", "reduce", "dot", "transpose"]),
                  st.integers(0, 11), st.integers(0, 11), st.integers(0, 11))   # small: repeats
 
 
@@ -97,6 +97,13 @@ def run(program):
             pool.append((dy.softmax, dy.log_softmax)[w % 2](x))
         elif kind == "dropout":              # seeded by the node's number: the same in both graphs
             pool.append(dy.dropout(x, (0.25, 0.5)[w % 2]))
+        elif kind == "reduce":
+            pool.append((dy.sum_elems, dy.mean_elems, dy.squared_norm, dy.l2_norm)[w % 4](x))
+        elif kind == "dot":
+            same = by[sx]
+            pool.append(dy.dot_product(x, same[v % len(same)]))
+        elif kind == "transpose" and len(sx) == 1:     # a row (1, n): not a vector, kept off the pool
+            dy.transpose(x)
         elif kind == "checkpoint":
             dy.cg_checkpoint()
             marks.append(len(pool))
@@ -170,7 +177,8 @@ def test_inline_paths_are_taken(monkeypatch):
         dy.tanh(W * x), dy.tanh(dy.parameter(W) * x)
         dy.logistic(dy.affine_transform([dy.parameter(b), dy.parameter(W), x]))
         dy.pick(dy.log_softmax(dy.dropout(h, 0.5)), 2), dy.pick(dy.softmax(h), 1)
-    assert len(g.ops) > 250 and len(calls) < 30, len(calls)
+        dy.sum_elems(h), dy.dot_product(h, h), dy.transpose(h)
+    assert len(g.ops) > 300 and len(calls) < 35, len(calls)
 
 
 def test_inline_paths_check_their_inputs():
@@ -199,8 +207,12 @@ def test_inline_paths_check_their_inputs():
                      (lambda: dy.dropout(x, 1.0), "dropout"), (lambda: dy.dropout(x, -0.5), "dropout")):
         with pytest.raises(dy.GraphError, match=match):
             f()
+    dy.sum_elems(x), dy.dot_product(x, x), dy.transpose(x)
+    with pytest.raises(dy.GraphError, match="dot_product"):
+        dy.dot_product(x, dy.lookup(net.E[4][0], 0))
     for f in (lambda: dy.pick(old, 0), lambda: dy.softmax(old), lambda: dy.log_softmax(old),
-              lambda: dy.dropout(old, 0.5)):
+              lambda: dy.dropout(old, 0.5), lambda: dy.sum_elems(old), lambda: dy.dot_product(x, old),
+              lambda: dy.transpose(old)):
         with pytest.raises(StaleExpressionError):
             f()
     assert dy.pick(x, 2.0).dim()[0] == (1,)                # a whole float, as DyNet's
