@@ -24,7 +24,7 @@ from .builders_more import (BiRNNBuilder, ClassFactoredSoftmaxBuilder, CompactVa
                             CoupledLSTMBuilder, FastLSTMBuilder, SoftmaxBuilder, StackedRNNState,
                             StandardSoftmaxBuilder)
 from .coop import InstanceCancelled, batched_map  # noqa: F401
-from .errors import AutobatchError, GraphError, GraphIndexError, NonFiniteError, StaleExpressionError
+from .errors import AutobatchError, GradientError, GraphError, GraphIndexError, NonFiniteError, StaleExpressionError
 from .graph import ComputationGraph, Expression, cg, renew_cg
 from .dynet_params import DynetParams, init, init_from_params  # noqa: F401
 from .params import (ConstInitializer, FromFileInitializer, GlorotInitializer, IdentityInitializer,  # noqa: F401

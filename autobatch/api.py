@@ -277,7 +277,8 @@ def affine_transform(xs: Sequence) -> Expression:
     g = _S.graph or cg()
     if len(xs) == 3:                 # the common b + W·x: no generic checks
         b, w, x = xs
-        if type(x) is Expression and x.cg is g:
+        # (a matrix x: b is added to every column of W·X, which _bias_like below arranges)
+        if type(x) is Expression and x.cg is g and len(g.shapes[x.i]) == 1:
             if isinstance(w, Parameter) and not w.is_lookup:
                 if isinstance(b, Parameter) and not b.is_lookup:
                     return g.add_affine(_AFFINE, b, w, x.i)
@@ -869,6 +870,8 @@ def _div(a, b):
 
 
 def _getitem(x, k):
+    if type(k) is tuple and k and all(type(c) is slice for c in k):
+        return _slices(x, k)
     if isinstance(k, slice):
         n = _shape(x)[0]
         s, e, step = k.indices(n)
@@ -883,6 +886,20 @@ def _getitem(x, k):
     if not -n <= k < n:
         raise GraphIndexError(f"pick: index {k} out of range for an input of shape {_shape(x)} [at {user_line()}]")
     return pick(x, k + n if k < 0 else k)   # x[-1] is the last element, as in DyNet
+
+
+def _slices(x, k):
+    """x[a:b, c:d:e, ...]: one slice per leading dimension, as DyNet's (no ints there, steps
+    of 1 and up; every dimension stays)."""
+    s = _shape(x)
+    if len(k) > len(s):
+        raise GraphIndexError(f"slice: {len(k)} slices for an input of shape {s} [at {user_line()}]")
+    rng = [c.indices(n) for c, n in zip(k, s)]
+    if any(step < 1 for _, _, step in rng):
+        raise GraphIndexError(f"slice: steps must be positive, got {[c.step for c in k]} for an input of "
+                              f"shape {s} [at {user_line()}]")
+    from .api_shape import strided_select      # (api_shape builds on this module)
+    return strided_select(x, [r[2] for r in rng], [r[0] for r in rng], [r[1] for r in rng])
 
 
 # Expression op Expression: the inline path of fastpath.binary, then the general one

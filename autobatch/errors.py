@@ -20,6 +20,11 @@ class GraphIndexError(GraphError, IndexError):
     Python's iteration over an expression stops there, as DyNet's does."""
 
 
+class GradientError(GraphError, RuntimeError):
+    """gradient() of a node the last backward gave none (or before any backward): a
+    RuntimeError as well, which is what DyNet raises there (its own tests catch that)."""
+
+
 class StaleExpressionError(AutobatchError, RuntimeError):
     """An Expression of a graph that has been renewed was used."""
 

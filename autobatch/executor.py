@@ -16,7 +16,7 @@ from operator import itemgetter, sub
 import numpy as np
 
 from . import memory
-from .errors import GraphError, NonFiniteError, user_line
+from .errors import GradientError, GraphError, NonFiniteError, user_line
 from .ops import ProductGrad, RowGrad
 from .ops.base import WIDE_ARITY
 from .scheduler import schedule
@@ -465,7 +465,7 @@ class Executor:
         if any(type(b) is ViewBatch and i in b.ids for b in self.batches):
             # its slot is its input's memory: what lies there is d(loss)/d(input), which
             # also holds what the input's other consumers added
-            raise GraphError(f"gradient(): {self.g.describe(i)} is a view of its input's memory "
+            raise GradientError(f"gradient(): {self.g.describe(i)} is a view of its input's memory "
                              "(a concatenation or slice of blocks that lay in place), which keeps no "
                              f"gradient of its own [at {user_line()}]")
         o = self.offs[i]

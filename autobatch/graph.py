@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import runtime
-from .errors import GraphError, StaleExpressionError, called, user_line, user_site, where_code
+from .errors import GradientError, GraphError, StaleExpressionError, called, user_line, user_site, where_code
 from .executor import Executor
 from .ops import ShapeError
 from .operators import BY_OPERATOR
@@ -790,7 +790,7 @@ class Expression:
             why = ("call backward() first" if g.exe.gbuf is None else
                    "a constant parameter's node (update=False) gets no gradient here" if self.i in g.ext else
                    "this node was not computed when the last backward() ran")
-            raise GraphError(f"gradient(): {why}; {g.describe(self.i)} [at {user_line()}]")
+            raise GradientError(f"gradient(): {why}; {g.describe(self.i)} [at {user_line()}]")
         return g.backend.to_host(gr).copy()
 
     def incremental_forward(self) -> None:

@@ -204,6 +204,26 @@ def _initial(init, shape, is_lookup):
     return init.init(shape, is_lookup)
 
 
+_NAMED_INITS = ("identity", "glorot", "he", "uniform", "normal")
+
+
+def _named(init, shape, scale, mean, std, what):
+    """DyNet's initializers by name (add_parameters(dim, init='uniform', scale=a), 'normal' with
+    mean= and std=, 'identity', 'glorot', 'he'); scale, mean and std serve those names only."""
+    if init == "identity":
+        return IdentityInitializer()
+    if init == "glorot":
+        return GlorotInitializer()
+    if init == "he":        # DyNet's: variance 1 / (2 · the last dimension)
+        return NormalInitializer(0.0, 1.0 / (2 * shape[-1]))
+    if init == "uniform":
+        return UniformInitializer(float(scale))
+    if init == "normal":
+        return NormalInitializer(float(mean), float(std) ** 2)
+    raise ValueError(f"{what}: init {init!r} is not one of DyNet's initializer names "
+                     f"{', '.join(map(repr, _NAMED_INITS))} [at {user_line()}]")
+
+
 class Parameter:
     """A dense parameter tensor. Usable directly in expressions (``W * x + b``)."""
 
@@ -504,18 +524,26 @@ class ParameterCollection:
     def name(self) -> str:
         return self._prefix
 
-    def add_parameters(self, dim, init=None, name: str = "", device: str = "", scale: float = 1.0) -> Parameter:
-        """A dense parameter of shape ``dim``; init: None (Glorot), a number, an array or an Initializer."""
+    def add_parameters(self, dim, init=None, name: str = "", device: str = "", scale: float = 1.0,
+                       mean: float = 0.0, std: float = 1.0) -> Parameter:
+        """A dense parameter of shape ``dim``; init: None (Glorot), a number, an array, an
+        Initializer, or DyNet's names: 'uniform' (in ±scale), 'normal' (mean, std), 'identity',
+        'glorot', 'he'. scale with any other init multiplies the initial values."""
         shape = _as_shape(dim)
+        if isinstance(init, str):
+            init, scale = _named(init, shape, scale, mean, std, "add_parameters"), 1.0
         p = Parameter(shape, init, self._prefix + self._unique(name, self._taken), scale)
         self._items.append(p)
         return p
 
-    def add_lookup_parameters(self, dim, init=None, name: str = "", device: str = "", scale: float = 1.0) -> LookupParameter:
-        """A lookup table of shape ``(n_rows, *row_shape)``."""
+    def add_lookup_parameters(self, dim, init=None, name: str = "", device: str = "", scale: float = 1.0,
+                              mean: float = 0.0, std: float = 1.0) -> LookupParameter:
+        """A lookup table of shape ``(n_rows, *row_shape)``; init as add_parameters'."""
         shape = _as_shape(dim)
         if len(shape) < 2:
             raise ValueError(f"add_lookup_parameters needs (n_rows, row_dim), got {dim!r} [at {user_line()}]")
+        if isinstance(init, str):
+            init, scale = _named(init, shape, scale, mean, std, "add_lookup_parameters"), 1.0
         p = LookupParameter(shape, init, self._prefix + self._unique(name, self._taken), scale)
         self._items.append(p)
         return p

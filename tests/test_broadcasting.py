@@ -79,6 +79,18 @@ def test_affine_transform_takes_a_bias_to_broadcast(f64):
     assert (t(MAT) * X + t(VEC)).npvalue().tolist() == [[7.0, 8.0], [14.0, 15.0]]
 
 
+def test_affine_transform_of_parameters_over_a_matrix(f64):
+    """The parameters' own paths (Parameters, and their dy.parameter handles, as DyNet 2.0's
+    programs pass them; biaffine parsers do) add the bias to every column of W·X too."""
+    m = dy.ParameterCollection()
+    W, b = m.add_parameters((2, 3), init=np.array(MAT)), m.add_parameters(2, init=np.array(VEC))
+    dy.renew_cg()
+    X = t([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    for e in (dy.affine_transform([b, W, X]), dy.affine_transform([dy.parameter(b), dy.parameter(W), X])):
+        assert e.npvalue().tolist() == [[7.0, 8.0], [14.0, 15.0]]
+    assert dy.affine_transform([b, W, dy.inputVector([1.0, 2.0, 3.0])]).npvalue().tolist() == [17.0, 36.0]
+
+
 def _model():
     m = dy.ParameterCollection()
     rng = np.random.default_rng(3)

@@ -243,6 +243,26 @@ def test_values_of_one_element_matrices_and_step_slices():
         dy.reshape(v, (2, 2), batch_size=2)
 
 
+def test_slices_of_several_dimensions():
+    """x[a:b, c:d, ::e] as DyNet's: one slice per leading dimension, every dimension kept;
+    steps below 1 and more slices than dimensions are refused; gradients reach the slice."""
+    data = np.arange(60.0).reshape(3, 4, 5)
+    m = dy.ParameterCollection()
+    P = m.add_parameters((3, 4, 5), init=data)
+    dy.renew_cg()
+    x = dy.parameter(P)
+    for k in ((slice(None, 2), slice(1, 3)), (slice(None), slice(None), slice(None, None, 2)), (slice(1, 3),)):
+        assert x[k].dim()[0] == data[k].shape
+        np.testing.assert_array_equal(x[k].npvalue(), data[k])
+    for k in ((slice(None), slice(None, None, -1)), (slice(None),) * 4):
+        with pytest.raises(IndexError, match="slice"):
+            x[k]
+    dy.sum_elems(x[:2, 1:3]).backward()
+    want = np.zeros((3, 4, 5))
+    want[:2, 1:3] = 1.0
+    np.testing.assert_array_equal(P.grad_as_array(), want)
+
+
 def test_a_parameter_nodes_gradient_is_this_backwards_part():
     """As DyNet 2.1: the node's gradient is what the graph's last backward gave it, while the
     parameter's grad_as_array() sums every backward since the last update."""

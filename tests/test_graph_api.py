@@ -57,6 +57,8 @@ def test_gradient_errors_and_lifetime(net):
     h = dy.tanh(W * dy.inputVector([1.0, 2.0]) + b)
     with pytest.raises(dy.GraphError, match="call backward"):
         h.gradient()
+    with pytest.raises(RuntimeError, match="call backward"):     # what DyNet raises, and its tests catch
+        h.gradient()
     dy.sum_elems(h).backward()
     g1 = h.gradient()
     later = dy.exp(h)                         # built and computed after the backward

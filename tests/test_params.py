@@ -56,6 +56,30 @@ def test_initializers(f64):
     assert m.parameter_count() == 3 + 3 + 2500 + 600 + 2 + 4
 
 
+def test_initializers_by_name(f64):
+    """DyNet's add_parameters / add_lookup_parameters take initializers by name: 'uniform'
+    in ±scale, 'normal' with mean and std, 'identity', 'glorot', 'he' (variance 1 / (2·the
+    last dimension), as DyNet's); any other name is refused by name."""
+    dy.reset_random_seed(4)
+    m = dy.ParameterCollection()
+    np.testing.assert_array_equal(m.add_parameters((3, 3), init="identity").as_array(), np.eye(3))
+    np.testing.assert_array_equal(m.add_lookup_parameters((3, 3), init="identity").as_array(), np.eye(3))
+    u = m.add_parameters((100, 100), init="uniform", scale=2.0).as_array()
+    assert np.abs(u).max() <= 2.0 and np.abs(u).max() > 1.9 and abs(u.std() - 2 / np.sqrt(3)) < 0.05
+    for add in (m.add_parameters, m.add_lookup_parameters):
+        n = add((200, 100), init="normal", mean=-1.0, std=2.5).as_array()
+        assert abs(n.mean() + 1.0) < 0.05 and abs(n.std() - 2.5) < 0.05
+        h = add((200, 100), init="he").as_array()
+        assert abs(h.mean()) < 0.01 and abs(h.var() - 1 / 200) < 5e-4
+        g = add((20, 30), init="glorot").as_array()
+        assert np.abs(g).max() <= np.sqrt(6 / 50) + 1e-12 and g.std() > 0.1
+    before = m.parameter_count()
+    for add in (m.add_parameters, m.add_lookup_parameters):
+        with pytest.raises(ValueError, match="'xavier' is not one of DyNet's initializer names"):
+            add((3, 3), init="xavier")
+    assert m.parameter_count() == before
+
+
 def test_grad_zero_grad_and_scale(f64):
     m = dy.ParameterCollection()
     p = m.add_parameters(3, init=np.array([1.0, 2.0, 3.0]))
