@@ -21,8 +21,8 @@ from .api_reduce import *  # noqa: F401,F403
 from .api_shape import *  # noqa: F401,F403
 from .builders import GRUBuilder, LSTMBuilder, RNNState, SimpleRNNBuilder, VanillaLSTMBuilder  # noqa: F401
 from .builders_more import (BiRNNBuilder, ClassFactoredSoftmaxBuilder, CompactVanillaLSTMBuilder,  # noqa: F401
-                            CoupledLSTMBuilder, FastLSTMBuilder, SoftmaxBuilder, StackedRNNState,
-                            StandardSoftmaxBuilder)
+                            CoupledLSTMBuilder, FastLSTMBuilder, SoftmaxBuilder, SparseLSTMBuilder,
+                            StackedRNNState, StandardSoftmaxBuilder)
 from .coop import InstanceCancelled, batched_map  # noqa: F401
 from .errors import AutobatchError, GradientError, GraphError, GraphIndexError, NonFiniteError, StaleExpressionError
 from .graph import ComputationGraph, Expression, cg, renew_cg

@@ -202,8 +202,7 @@ class _Builder:
     def initial_state(self, vecs: Optional[Sequence[Expression]] = None, update: bool = True) -> RNNState:
         """Start a sequence in the current graph. vecs: None (zero state), or the full
         state as ``s()`` lays it out: LSTM [c_1..c_L, h_1..h_L], else [h_1..h_L], each (hidden_dim,)."""
-        exprs = [[dy.parameter(p, update) for p in P] for P in self.params]
-        run = _Run(exprs, *self._masks())
+        run = _Run(self._param_exprs(update), *self._masks())
         self._last_run = weakref.ref(run)
         if vecs is None:
             return RNNState(self, run, None, None, None)
@@ -215,6 +214,10 @@ class _Builder:
         return self.initial_state(None if vecs is None else [dy.inputVector(v) for v in vecs], update)
 
     # --- internals -------------------------------------------------------------------
+    def _param_exprs(self, update: bool) -> list:
+        """Per layer, the expressions the steps read (_layer_step's P) in this graph."""
+        return [[dy.parameter(p, update) for p in P] for P in self.params]
+
     def _masks(self, batch_size: int = 1):
         """Variational builders: one mask per layer on its input x (rate dropout) and on h_prev
         (rate dropout_h), drawn once per initial_state(); (None, None) when off. batch_size > 1:

@@ -19,7 +19,7 @@ from .graph import Expression
 from .minibatch import BatchedExpression
 from .params import ConstInitializer, ParameterCollection
 
-__all__ = ["CompactVanillaLSTMBuilder", "CoupledLSTMBuilder", "FastLSTMBuilder", "BiRNNBuilder",
+__all__ = ["CompactVanillaLSTMBuilder", "SparseLSTMBuilder", "CoupledLSTMBuilder", "FastLSTMBuilder", "BiRNNBuilder",
            "StackedRNNState", "SoftmaxBuilder", "StandardSoftmaxBuilder", "ClassFactoredSoftmaxBuilder"]
 
 
@@ -64,6 +64,66 @@ class CompactVanillaLSTMBuilder(VanillaLSTMBuilder):
         if self._noisy():
             P = [dy.noise(p, self.weightnoise_std) for p in P]
         return super()._layer_step(P, x, h, c, mh)
+
+
+class SparseLSTMBuilder(VanillaLSTMBuilder):
+    """DyNet's SparseLSTMBuilder (experimental there; Narang et al., 2017): the vanilla LSTM
+    whose W_x and W_h are multiplied by masks. Per layer get_parameters() gives [W_x, W_h, b,
+    M_x, M_h] (masks of W's shapes, all ones at first), created in DyNet's order (W_x, W_h,
+    M_x, M_h, b) in its "vanilla-lstm-builder" collection, so that files go both ways.
+    ``set_sparsity(s)`` zeroes the masks at the fraction s of all the builder's W_x and W_h
+    entries (every layer's, one threshold, as DyNet's) of the smallest magnitude; an entry
+    masked before counts as 0 then, so that sparsity raised step by step keeps what it took.
+    The masks enter each graph as constants: they take no gradient, and the masked weights
+    get none either (checked against DyNet 2.1: masks, values and updates)."""
+
+    def __init__(self, layers: int, input_dim: int, hidden_dim: int, model: ParameterCollection,
+                 ln_lstm: bool = False, forget_bias: float = 1.0):
+        super().__init__(layers, input_dim, hidden_dim, model, ln_lstm, forget_bias)
+
+    def _make_layer(self, in_dim: int) -> list:
+        H, m = self.hidden_dim, self.model
+        # DyNet's creation order (the names /_0../_4 and its files): W_x, W_h, M_x, M_h, b
+        Wx, Wh = m.add_parameters((4 * H, in_dim)), m.add_parameters((4 * H, H))
+        Mx, Mh = m.add_parameters(Wx.shape(), ConstInitializer(1.0)), m.add_parameters(Wh.shape(), ConstInitializer(1.0))
+        P = [Wx, Wh, m.add_parameters((4 * H,), ConstInitializer(0.0)), Mx, Mh]
+        if self.ln_lstm:
+            for n in (4 * H, 4 * H, H):
+                P += [m.add_parameters((n,), ConstInitializer(1.0)), m.add_parameters((n,), ConstInitializer(0.0))]
+        return P
+
+    def get_parameters(self) -> list:
+        """Per layer [W_x, W_h, b, M_x, M_h], as DyNet's."""
+        return [list(P[:5]) for P in self.params]
+
+    def get_parameter_expressions(self) -> list:
+        return [[dy.parameter(p) for p in P[:5]] for P in self.params]
+
+    def _param_exprs(self, update: bool) -> list:
+        out = []
+        for P in self.params:
+            Wx, Wh, b = [dy.parameter(p, update) for p in P[:3]]
+            Mx, Mh = P[3:5]
+            out.append([dy.cmult(Wx, dy.const_parameter(Mx)), dy.cmult(Wh, dy.const_parameter(Mh)), b]
+                       + [dy.parameter(p, update) for p in P[5:]])
+        return out
+
+    def set_sparsity(self, sparsity: float) -> None:
+        """Mask the fraction ``sparsity`` (in [0, 1]) of the weights of smallest magnitude."""
+        if not 0 <= sparsity <= 1:
+            raise ValueError(f"set_sparsity: sparsity must be in [0, 1], got {sparsity!r} [at {user_line()}]")
+        pairs = [(P[k], P[k + 3]) for P in self.params for k in (0, 1)]
+        mags = [np.abs(np.asarray(w.as_array()) * np.asarray(m.as_array())).ravel() for w, m in pairs]
+        allm = np.concatenate(mags)
+        n = int(round(float(sparsity) * allm.size))
+        # the n smallest magnitudes (ties broken by position, so exactly n are masked)
+        drop = np.zeros(allm.size, dtype=bool)
+        drop[np.argsort(allm, kind="stable")[:n]] = True
+        k = 0
+        for (w, m), mag in zip(pairs, mags):
+            keep = ~drop[k:k + mag.size]
+            k += mag.size
+            m.set_value(keep.reshape(w.shape()).astype(np.float64))
 
 
 class CoupledLSTMBuilder(_Builder):

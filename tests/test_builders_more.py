@@ -134,7 +134,55 @@ def test_compact_equals_vanilla_with_equal_parameters(given, f64):
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("cls", [CoupledLSTMBuilder, FastLSTMBuilder, CompactVanillaLSTMBuilder])
+def test_sparse_lstm_is_vanilla_with_masked_weights(f64):
+    """SparseLSTMBuilder: [W_x, W_h, b, M_x, M_h] per layer (masks of ones); set_sparsity(s)
+    masks the fraction s of all layers' W entries of smallest magnitude; its steps equal a
+    vanilla LSTM's with W⊙M; an update changes neither the masks nor the masked weights."""
+    rng = np.random.default_rng(13)
+    m = dy.ParameterCollection()
+    sp = dy.SparseLSTMBuilder(2, 3, 4, m)
+    assert [[tuple(p.shape()) for p in L] for L in sp.get_parameters()][0] == [(16, 3), (16, 4), (16,), (16, 3), (16, 4)]
+    assert all((L[k].as_array() == 1).all() for L in sp.get_parameters() for k in (3, 4))
+    # created in DyNet's order, W_x, W_h, M_x, M_h, b (its names, and files both ways)
+    assert [tuple(p.shape()) for p in m.parameters_list()][:5] == [(16, 3), (16, 4), (16, 3), (16, 4), (16,)]
+    assert [p.name() for p in sp.get_parameters()[0]] == ["/vanilla-lstm-builder/_" + k for k in "01423"]
+    for L in sp.get_parameters():
+        for p in L[:3]:
+            p.set_value(rng.normal(size=p.shape()))
+    sp.set_sparsity(0.3)
+    ws = np.concatenate([np.abs(L[k].as_array()).ravel() for L in sp.get_parameters() for k in (0, 1)])
+    ms = np.concatenate([L[k].as_array().ravel() for L in sp.get_parameters() for k in (3, 4)])
+    assert (ms == 0).sum() == round(0.3 * ws.size) and ws[ms == 0].max() <= ws[ms == 1].min()
+    van = dy.VanillaLSTMBuilder(2, 3, 4, dy.ParameterCollection())
+    for Ls, Lv in zip(sp.get_parameters(), van.get_parameters()):
+        Lv[0].set_value(Ls[0].as_array() * Ls[3].as_array())
+        Lv[1].set_value(Ls[1].as_array() * Ls[4].as_array())
+        Lv[2].set_value(Ls[2].as_array())
+    xs = vecs(rng, 4, 3)
+    dy.renew_cg()
+    outs = [[o.npvalue() for o in b.initial_state().transduce([dy.inputVector(x) for x in xs])] for b in (sp, van)]
+    for a, b in zip(*outs):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    before = [[p.as_array().copy() for p in L] for L in sp.get_parameters()]
+    tr = dy.SimpleSGDTrainer(m, 0.5)
+    dy.renew_cg()
+    dy.sum_elems(dy.esum(sp.initial_state().transduce([dy.inputVector(x) for x in xs]))).backward()
+    tr.update()
+    for L, B in zip(sp.get_parameters(), before):
+        for k in (0, 1):
+            mask = B[k + 3] == 0
+            np.testing.assert_array_equal(L[k + 3].as_array(), B[k + 3])            # masks stay
+            np.testing.assert_array_equal(L[k].as_array()[mask], B[k][mask])        # masked weights too
+            assert not np.array_equal(L[k].as_array()[~mask], B[k][~mask])          # the others learn
+    sp.set_sparsity(0.5)                       # raised: what 0.3 masked stays masked
+    ms2 = np.concatenate([L[k].as_array().ravel() for L in sp.get_parameters() for k in (3, 4)])
+    assert (ms2 == 0).sum() == round(0.5 * ws.size) and (ms2[ms == 0] == 0).all()
+    with pytest.raises(ValueError, match="set_sparsity"):
+        sp.set_sparsity(1.5)
+
+
+@pytest.mark.parametrize("cls", [CoupledLSTMBuilder, FastLSTMBuilder, CompactVanillaLSTMBuilder,
+                                 dy.SparseLSTMBuilder])
 def test_transduce_equals_add_input(cls):
     rng = np.random.default_rng(12)
     b = cls(2, 3, 4, dy.ParameterCollection())

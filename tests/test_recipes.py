@@ -13,7 +13,8 @@ from check_kit import graph_columns
 
 COLUMNS = ("ops", "args", "attrs", "datas", "shapes", "sizes", "sigs", "depths", "needs", "uses", "sig_op")
 BUILDERS = (dy.VanillaLSTMBuilder, dy.SimpleRNNBuilder, dy.GRUBuilder,
-            lambda *a: dy.VanillaLSTMBuilder(*a, ln_lstm=True))     # DyNet's layer-normalised LSTM
+            lambda *a: dy.VanillaLSTMBuilder(*a, ln_lstm=True),     # DyNet's layer-normalised LSTM
+            dy.SparseLSTMBuilder)                                   # its weights masked in each graph
 
 
 def _program(kind, layers, lens, start, update, drop, stepwise=False):
@@ -31,7 +32,7 @@ def _program(kind, layers, lens, start, update, drop, stepwise=False):
     for k, n in enumerate(lens):
         vecs = None
         if start[k]:
-            per = 2 * layers if kind in (0, 3) else layers
+            per = 2 * layers if kind in (0, 3, 4) else layers
             vecs = [dy.tanh(dy.lookup(S, (k + j) % 7)) for j in range(per)]
         s = b.initial_state(vecs, update=bool(update[k]))
         # constant inputs and update=False parameters make nodes that need no gradient
@@ -57,7 +58,7 @@ def _build(replay, *spec, stepwise=False):
 
 
 @settings(max_examples=40, deadline=None)
-@given(kind=st.integers(0, 3), layers=st.integers(1, 2),
+@given(kind=st.integers(0, 4), layers=st.integers(1, 2),
        lens=st.lists(st.integers(0, 5), min_size=1, max_size=4), data=st.data(), drop=st.booleans())
 def test_replay_builds_the_same_graph(kind, layers, lens, data, drop):
     start = data.draw(st.lists(st.booleans(), min_size=len(lens), max_size=len(lens)))
