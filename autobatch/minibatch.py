@@ -311,8 +311,8 @@ def input_batch(arr):
 
 def reshape_batch(x, d, batch_size: int):
     """reshape with DyNet's batch_size: each element reshaped (equal batch sizes, or the shape of
-    one element), the elements joined into one (batch_size 1; their values in turn, as DyNet's
-    memory holds them), or one expression cut into batch_size elements."""
+    one element), else the elements' values in turn, as DyNet's memory holds them, cut into
+    batch_size elements (one: the elements joined; from one: it is cut)."""
     from .api import concatenate, pickrange, reshape
     d = (int(d),) if isinstance(d, numbers.Integral) else tuple(int(k) for k in d)
     xs = _elements(x)
@@ -321,10 +321,12 @@ def reshape_batch(x, d, batch_size: int):
     if batch_size == B or batch_size == 1 and m == n:
         # (the second: an element's size, where DyNet refuses: each element, as per instance)
         return batch_of(reshape(e, d) for e in xs)
-    if batch_size == 1 and B * n == m:
-        return reshape(concatenate([reshape(e, (n,)) for e in xs]), d)
-    if B == 1 and batch_size >= 1 and n == m * batch_size:
-        flat = reshape(x, (n,))
+    if batch_size >= 1 and B * n == m * batch_size:
+        # the elements' values in turn, cut into batch_size pieces of m (a (4, 4) x 2 batch
+        # into (4,) x 8: a biaffine parser's scores per head)
+        flat = reshape(xs[0], (n,)) if B == 1 else concatenate([reshape(e, (n,)) for e in xs])
+        if batch_size == 1:
+            return reshape(flat, d)
         return batch_of(reshape(pickrange(flat, k * m, (k + 1) * m), d) for k in range(batch_size))
     raise GraphError(f"reshape: {B} element(s) of shape {xs[0].dim()[0]} cannot become {batch_size} of shape "
                      f"{d} [at {user_line()}]")

@@ -136,6 +136,15 @@ def test_batched_inputs_and_reshapes():
     back = dy.reshape(whole, (2,), batch_size=3)
     np.testing.assert_array_equal(back.npvalue(), a.npvalue())
     assert dy.reshape(b, (4,), batch_size=2).dim() == ((4,), 2)
+    # several elements into more (or fewer) of another shape: DyNet's memory order, each
+    # element column-major, cut into the new elements (a biaffine parser's (4, 4) x 2 -> (4,) x 8)
+    A = np.arange(32.0).reshape(4, 4, 2)
+    y = dy.reshape(dy.inputTensor(A, batched=True), (4,), batch_size=8)
+    flat = np.concatenate([A[:, :, k].ravel(order="F") for k in range(2)])
+    assert y.dim() == ((4,), 8)
+    np.testing.assert_array_equal(y.npvalue(), flat.reshape(8, 4).T)
+    z = dy.reshape(dy.inputTensor(np.arange(12.0).reshape(2, 2, 3), batched=True), (6,), batch_size=2)
+    assert z.dim() == ((6,), 2)
     assert dy.random_normal(3, batch_size=4).dim() == ((3,), 4)
     assert dy.random_bernoulli((2, 2), 0.5, batch_size=2).dim() == ((2, 2), 2)
     assert dy.zeroes(3, batch_size=2).npvalue().tolist() == [[0, 0], [0, 0], [0, 0]]
