@@ -902,11 +902,45 @@ def _slices(x, k):
     return strided_select(x, [r[2] for r in rng], [r[0] for r in rng], [r[1] for r in rng])
 
 
+def _scale_slow(x, a, b):
+    g = _graph()
+    return g.add_unary(_SCALE, _id(x, g, _SCALE), (a, b), None, (a, b))
+
+
+# a·x + b: what the operators with a number make (x * c, c * x, x / c, x ± c, c ± x, -x);
+# the entries are kept under (a, b) (the tuple: no op is a key of equal value)
+_scale = fastpath.fast(_scale_slow, _SCALE, "x, a, b", """
+if type(x) is _E and x.cg is g:
+    COLS
+    i = x.i
+    k = (a, b)
+    r = fa.get(k)
+    if r is not None and r[4] is shapes[i]:""", ("i",), attr="k")
+
+
+def _radd(x, c):
+    if (type(c) is float or type(c) is int) and type(x) is Expression:
+        return _scale(x, 1.0, float(c))
+    return _add(c, x)
+
+
+def _rsub(x, c):
+    if (type(c) is float or type(c) is int) and type(x) is Expression:
+        return _scale(x, -1.0, float(c))
+    return _sub(c, x)
+
+
+def _rmul(x, c):
+    if (type(c) is float or type(c) is int) and type(x) is Expression:
+        return _scale(x, float(c), 0.0)
+    return _mul(c, x)
+
+
 # Expression op Expression: the inline path of fastpath.binary, then the general one
-Expression.__add__ = fastpath.binary(_ADD, _add, absorb=True)
-Expression.__radd__ = lambda self, o: _add(o, self)
-Expression.__sub__ = fastpath.binary(_SUB, _sub)
-Expression.__rsub__ = lambda self, o: _sub(o, self)
+Expression.__add__ = fastpath.binary(_ADD, _add, absorb=True, scalar="1.0, float(y)", _scale=_scale)
+Expression.__radd__ = _radd
+Expression.__sub__ = fastpath.binary(_SUB, _sub, scalar="1.0, -float(y)", _scale=_scale)
+Expression.__rsub__ = _rsub
 
 
 def _expr_mul(a, b):
@@ -930,16 +964,18 @@ def _param_mul(p, o):
 # W * x from the entry add_shared_matmul keeps for W: (out shape, size, signature, op
 # differentiable, x's shape, W's node)
 Expression.__mul__ = fastpath.fast(_expr_mul, _MM_SHARED, "x, y", """
+if (type(y) is float or type(y) is int) and type(x) is _E and x.cg is g:
+    return _scale(x, float(y), 0.0)
 if type(y) is _E and type(x) is _E and x.cg is g and y.cg is g:
     COLS
     a = x.i
     b = y.i
     r = fmm.get(a)
-    if r is not None and r[4] is shapes[b]:""", ("a", "b"), depth="depths[b] + 1")
-Expression.__rmul__ = lambda self, o: _mul(o, self)
-Expression.__truediv__ = fastpath.binary(_CDIV, _div)
+    if r is not None and r[4] is shapes[b]:""", ("a", "b"), depth="depths[b] + 1", _scale=_scale)
+Expression.__rmul__ = _rmul
+Expression.__truediv__ = fastpath.binary(_CDIV, _div, scalar="1.0 / float(y), 0.0", _scale=_scale)
 Expression.__rtruediv__ = lambda self, o: _div(o, self)
-Expression.__neg__ = lambda self: _op(_SCALE, self, attr=(-1.0, 0.0))
+Expression.__neg__ = lambda self: _scale(self, -1.0, 0.0)
 Expression.__getitem__ = _getitem
 
 

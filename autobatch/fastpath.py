@@ -219,12 +219,21 @@ if t is not None:
 """
 
 
-def binary(op, slow, attr=None, params: str = "x, y", unpack: str = None, absorb: bool = False):
+# x op c for a number c (an int or a float: not a bool, as the operators' slow path): the node
+# scale_shift(x; a, b) = a·x + b, appended by its own inline path (api.scale)
+_SCALAR = """if (type(y) is float or type(y) is int) and type(x) is _E and x.cg is g:
+    return _scale(x, {})
+"""
+
+
+def binary(op, slow, attr=None, params: str = "x, y", unpack: str = None, absorb: bool = False,
+           scalar: str = None, **consts):
     """f(x, y) == slow(x, y) for an op of two inputs, no data and attribute attr. params,
     unpack: slow's parameter list, and guard lines that bind x and y from it when they are
     not its parameters (concatenate's [x, y]); the rest of the guard goes inside them. An op
     that declares fuses_in takes in an activation temporary (ops/fused.py). absorb: f is the
-    + operator, which first tries ABSORB."""
+    + operator, which first tries ABSORB. scalar: for an operator, the (a, b) of the node
+    a·x + b that x op y is when y is a number (source in y; api.scale appends it)."""
     body = _BINARY
     if getattr(op, "fuses_in", False) and unpack is None:
         head, tail = _BINARY.split("    r = f2.get(_op)\n")
@@ -232,5 +241,7 @@ def binary(op, slow, attr=None, params: str = "x, y", unpack: str = None, absorb
     guard = body if unpack is None else unpack.strip("\n") + "\n" + textwrap.indent(body, "    ")
     if absorb and _BY_OPERATOR is not None:
         guard = _ABSORB + guard
-    return fast(slow, op, params, guard, ("a", "b"), attr=None if attr is None else "_attr", _attr=attr,
+    if scalar is not None:
+        guard = _SCALAR.format(scalar) + guard
+    return fast(slow, op, params, guard, ("a", "b"), attr=None if attr is None else "_attr", _attr=attr, **consts,
                 _TEMP_OP=_TEMP_OP, _gf=sys._getframe, _BYOPS=_BY_OPCODES, _P=_Parameter, _SUMS=_SUMS_OPS)

@@ -373,14 +373,15 @@ class ComputationGraph:
         e.i = n
         return e
 
-    def add_unary(self, op, a: int, attr: Any = None, data: Any = None) -> "Expression":
+    def add_unary(self, op, a: int, attr: Any = None, data: Any = None, key: Any = None) -> "Expression":
         """add(op, (a,), attr, data), recording the entry that op's inline path appends from
         while a's shape and the attr are the same (api: pick, softmax, log_softmax, dropout),
-        where the node's signature names no node."""
+        where the node's signature names no node; under key, if given (the scale_shift of
+        the operators with a number keeps one per (a, b): -x and x * 0.5 alternate)."""
         e = self.add(op, (a,), attr, data)
         r = _RULES[(op, (self.shapes[a],), attr)]
         if r[2] is not None and not r[3]:
-            self._fa[op] = (r[0], r[1], self.sigs[e.i], op.differentiable, self.shapes[a], attr)
+            self._fa[op if key is None else key] = (r[0], r[1], self.sigs[e.i], op.differentiable, self.shapes[a], attr)
         return e
 
     def add_affine_nodes(self, op, pb: int, pw: int, x: int) -> "Expression":
@@ -690,7 +691,7 @@ class ThroughAdd:
     def add_affine(self, op, b, w, x):
         return self.add(op, (self.pid(b), self.pid(w), x))
 
-    def add_unary(self, op, a, attr=None, data=None):
+    def add_unary(self, op, a, attr=None, data=None, key=None):
         return self.add(op, (a,), attr, data)
 
     def add_affine_nodes(self, op, pb, pw, x):

@@ -30,7 +30,7 @@ NET = None
 
 step = st.tuples(st.sampled_from(["lookup", "input", "unary", "punary", "binary", "concat", "affine",
                                   "haffine", "pnls", "esum", "add", "mul", "param", "checkpoint", "revert",
-                                  "pick", "softmax", "dropout", "reduce", "dot", "transpose"]),
+                                  "pick", "softmax", "dropout", "reduce", "dot", "transpose", "scalar"]),
                  st.integers(0, 11), st.integers(0, 11), st.integers(0, 11))   # small: repeats
 
 
@@ -104,6 +104,9 @@ def run(program):
             pool.append(dy.dot_product(x, same[v % len(same)]))
         elif kind == "transpose" and len(sx) == 1:     # a row (1, n): not a vector, kept off the pool
             dy.transpose(x)
+        elif kind == "scalar":               # the operators with a number: a·x + b nodes
+            c = (0.5, 2, 3.0)[v % 3]
+            pool.append((x * c, c * x, x / c, x + c, c + x, x - c, c - x, -x)[w % 8])
         elif kind == "checkpoint":
             dy.cg_checkpoint()
             marks.append(len(pool))
@@ -178,7 +181,8 @@ def test_inline_paths_are_taken(monkeypatch):
         dy.logistic(dy.affine_transform([dy.parameter(b), dy.parameter(W), x]))
         dy.pick(dy.log_softmax(dy.dropout(h, 0.5)), 2), dy.pick(dy.softmax(h), 1)
         dy.sum_elems(h), dy.dot_product(h, h), dy.transpose(h)
-    assert len(g.ops) > 300 and len(calls) < 35, len(calls)
+        -h, h * 0.5, 0.5 * h, 1.0 - h
+    assert len(g.ops) > 370 and len(calls) < 45, len(calls)
 
 
 def test_inline_paths_check_their_inputs():
@@ -212,9 +216,15 @@ def test_inline_paths_check_their_inputs():
         dy.dot_product(x, dy.lookup(net.E[4][0], 0))
     for f in (lambda: dy.pick(old, 0), lambda: dy.softmax(old), lambda: dy.log_softmax(old),
               lambda: dy.dropout(old, 0.5), lambda: dy.sum_elems(old), lambda: dy.dot_product(x, old),
-              lambda: dy.transpose(old)):
+              lambda: dy.transpose(old), lambda: -old, lambda: old * 2.0, lambda: 2 * old, lambda: old + 1,
+              lambda: 1.0 - old, lambda: old / 2):
         with pytest.raises(StaleExpressionError):
             f()
+    x * 2.0, -x                                            # the scale entries
+    with pytest.raises(ZeroDivisionError):
+        x / 0.0
+    with pytest.raises(TypeError, match="bool"):
+        x * True                                           # a bool is no number here, as before
     assert dy.pick(x, 2.0).dim()[0] == (1,)                # a whole float, as DyNet's
     was = len(dy.cg().ops)
     assert dy.dropout(x, 0.0) is x and len(dy.cg().ops) == was  # the identity: no node
