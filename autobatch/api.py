@@ -294,6 +294,9 @@ def affine_transform(xs: Sequence) -> Expression:
                 return g.add(_AFFINE, (b.i, wi, x.i))
     if len(xs) % 2 == 0:
         raise GraphError(f"affine_transform: needs [b, W1, x1, W2, x2, ...], got {len(xs)} items [at {user_line()}]")
+    ids = _pairs_of_parameters(g, xs)
+    if ids is not None:
+        return g.add(_AFFINE if ids[0] in g.ext else _MATMUL_ADD, ids)
     xs[0] = _bias_like(g, xs)
     if all(_is_param_node(xs[k], g) for k in range(1, len(xs), 2)):
         # b a parameter: affine (b shared); b computed per node: matmul_add (b stacked)
@@ -301,6 +304,30 @@ def affine_transform(xs: Sequence) -> Expression:
         return g.add(op, tuple([_id(x, g) for x in xs]))
     terms = [xs[0]] + [_matmul(xs[k], xs[k + 1]) for k in range(1, len(xs), 2)]
     return esum(terms)
+
+
+def _pairs_of_parameters(g, xs):
+    """The node ids of [b, W1, x1, W2, x2, ...] (a hand-written RNN cell's b + W·x + U·h)
+    where every W is a parameter (or its handle), every x a vector of this graph and b an
+    expression or parameter of W1·x1's shape: the node the general path below makes, without
+    its conversions (4.3 -> 1.9 us for two pairs); None otherwise."""
+    ids = []
+    for k in range(1, len(xs), 2):
+        w, x = xs[k], xs[k + 1]
+        if type(x) is not Expression or x.cg is not g or len(g.shapes[x.i]) != 1:
+            return None
+        if type(w) is Parameter:
+            wi = g.pid(w)
+        elif type(w) is Expression and w.cg is g and w.i in g.ext and not g.ext[w.i].is_lookup:
+            wi = w.i
+        else:
+            return None
+        ids += (wi, x.i)
+    b = xs[0]
+    bi = g.pid(b) if type(b) is Parameter else b.i if type(b) is Expression and b.cg is g else -1
+    if bi < 0 or g.shapes[bi] != (g.shapes[ids[0]][0],):
+        return None
+    return (bi, *ids)
 
 
 def _bias_like(g, xs):

@@ -30,7 +30,8 @@ NET = None
 
 step = st.tuples(st.sampled_from(["lookup", "input", "unary", "punary", "binary", "concat", "affine",
                                   "haffine", "pnls", "esum", "add", "mul", "param", "checkpoint", "revert",
-                                  "pick", "softmax", "dropout", "reduce", "dot", "transpose", "scalar"]),
+                                  "pick", "softmax", "dropout", "reduce", "dot", "transpose", "scalar",
+                                  "affine2"]),
                  st.integers(0, 11), st.integers(0, 11), st.integers(0, 11))   # small: repeats
 
 
@@ -104,6 +105,14 @@ def run(program):
             pool.append(dy.dot_product(x, same[v % len(same)]))
         elif kind == "transpose" and len(sx) == 1:     # a row (1, n): not a vector, kept off the pool
             dy.transpose(x)
+        elif kind == "affine2":              # b + W·x + U·y, Parameters or handles
+            y = pool[-1 - v % len(pool)]
+            o, k, j = (3, 4)[w % 2], sx[0], y.dim()[0][0]
+            if len(sx) == 1 and len(y.dim()[0]) == 1 and k in (3, 4, 6, 7, 8) and j in (3, 4, 6, 7, 8):
+                b, W, U = net.b[o][0], net.W[(o, k)][0], net.W[(o, j)][1]
+                if u % 2:
+                    b, W, U = dy.parameter(b), dy.parameter(W), dy.parameter(U)
+                pool.append(dy.affine_transform([b, W, x, U, y]))
         elif kind == "scalar":               # the operators with a number: a·x + b nodes
             c = (0.5, 2, 3.0)[v % 3]
             pool.append((x * c, c * x, x / c, x + c, c + x, x - c, c - x, -x)[w % 8])
