@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from . import minibatch, runtime
-from .api import _graph, _is_param_node, _op, pickrange
+from .api import _graph, _is_param_node, _numbers, _op, _shape, esum, inputTensor, pickrange
 from .errors import GraphError, user_line
 from .graph import Expression
 from .ops import OPS
@@ -20,7 +20,7 @@ from .ops import OPS
 __all__ = ["pick_range", "select_cols", "strided_select", "one_hot", "fold_rows", "colwise_add",
            "contract3d_1d", "contract3d_1d_bias", "contract3d_1d_1d", "contract3d_1d_1d_bias",
            "circ_conv", "circ_corr", "filter1d_narrow", "kmax_pooling", "inverse", "logdet",
-           "trace_of_product", "conv2d", "conv2d_bias", "maxpooling2d"]
+           "trace_of_product", "conv2d", "conv2d_bias", "maxpooling2d", "kmh_ngram", "inputTensorTranspose"]
 
 _S = runtime.state()
 
@@ -55,6 +55,34 @@ def pick_range(x, s: int, e: int, d: int = 0) -> Expression:
 def select_cols(x, cols: Sequence[int]) -> Expression:
     """The given columns of a matrix (m, n), in order, repeats allowed: (m, len(cols))."""
     return _op(OPS["select_cols"], x, attr=_ints("select_cols", "cols", cols))
+
+
+def kmh_ngram(x, n: int) -> Expression:
+    """Sums of n consecutive columns of a matrix, as DyNet's: (r, c) -> (r, c - n + 1), column
+    j the sum of columns j..j+n-1 (n of 1 to c)."""
+    s = _shape(x)
+    n = _int("kmh_ngram", "n", n, 1)
+    if len(s) != 2 or n > s[1]:
+        raise GraphError(f"kmh_ngram: needs a matrix of at least n columns, got shape {s} and n={n} "
+                         f"[at {user_line()}]")
+    m = s[1] - n + 1
+    return esum([select_cols(x, list(range(t, t + m))) for t in range(n)])
+
+
+def inputTensorTranspose(arr, dim=None, batch_size: int = 1, device: str = "") -> Expression:
+    """A constant tensor from a flat array read in DyNet's memory order (column-major): shape
+    dim (default: the array's length), batch_size elements (a minibatch, each in turn)."""
+    a = _numbers("inputTensorTranspose", arr)
+    if a.ndim != 1:
+        raise GraphError(f"inputTensorTranspose: takes a one-dimensional array (a view of a tensor's "
+                         f"memory), got shape {a.shape} [at {user_line()}]")
+    d = (a.size,) if dim is None else (_int("inputTensorTranspose", "dim", dim, 1),) \
+        if isinstance(dim, (numbers.Integral, np.integer)) else _ints("inputTensorTranspose", "dim", dim, 1)
+    b = _int("inputTensorTranspose", "batch_size", batch_size, 1)
+    if int(np.prod(d)) * b != a.size:
+        raise GraphError(f"inputTensorTranspose: dim {d} times batch_size {b} do not make the array's "
+                         f"{a.size} values [at {user_line()}]")
+    return inputTensor(a.reshape(d + ((b,) if b > 1 else ()), order="F"), batched=b > 1)
 
 
 def strided_select(x, strides: Sequence[int], range_from: Sequence[int] = (),

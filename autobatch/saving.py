@@ -9,7 +9,8 @@ DyNet's are read as ours, so the files go both ways. Files of older autobatch ve
 .meta, .npz .data) are still read.
 
 .meta is read with an unpickler that only hands out classes with ``from_spec`` (and autobatch's
-own): a file cannot make load() call anything else."""
+own) and autobatch's expression functions (a spec's activation): a file cannot make load()
+call anything else."""
 from __future__ import annotations
 
 import importlib
@@ -17,6 +18,7 @@ import io
 import json
 import os
 import pickle
+import types
 
 import numpy as np
 
@@ -31,9 +33,12 @@ _OLD_FORMAT = "autobatch-objects"
 # --- specs --------------------------------------------------------------------------------
 def _spec_out(v, where: str):
     """The spec as it is pickled: NumPy scalars as Python numbers (DyNet's unpickler needs no
-    NumPy). Specs may hold numbers, strings, lists, tuples, dicts and classes (what DyNet's
-    builders and user types keep there); anything else could not be read back safely."""
+    NumPy). Specs may hold numbers, strings, lists, tuples, dicts, classes and DyNet's functions
+    (an activation, dy.tanh: written as DyNet's, _dynet.tanh, which both libraries read back);
+    anything else could not be read back safely."""
     if v is None or isinstance(v, (bool, int, float, str)) or isinstance(v, type):
+        return v
+    if callable(v) and _dynet_name(v) is not None:
         return v
     if isinstance(v, (np.integer, np.floating)):
         return v.item()
@@ -44,14 +49,19 @@ def _spec_out(v, where: str):
         items = {k: _spec_out(x, where) for k, x in v.items()}
         return items if type(v) is dict else v
     raise TypeError(f"save: {where}: its spec holds a {type(v).__name__}, which cannot be saved "
-                    f"(specs may hold numbers, strings, lists, tuples, dicts and classes) [at {user_line()}]")
+                    f"(specs may hold numbers, strings, lists, tuples, dicts, classes and DyNet's functions) "
+                    f"[at {user_line()}]")
 
 
 def _dynet_name(cls):
-    """DyNet's name of one of autobatch's DyNet classes (VanillaLSTMBuilder, ...), else None."""
+    """DyNet's name of one of autobatch's DyNet classes (VanillaLSTMBuilder, ...) or of its
+    expression functions (tanh, ...: api*.py, none of which reads or writes files: a file may
+    name them), else None."""
     import autobatch
-    name = cls.__name__
-    return name if cls.__module__.startswith("autobatch.") and getattr(autobatch, name, None) is cls else None
+    name = getattr(cls, "__name__", None)
+    module = getattr(cls, "__module__", None) or ""
+    ok = module.startswith("autobatch.") if isinstance(cls, type) else module.startswith("autobatch.api")
+    return name if ok and getattr(autobatch, name, None) is cls else None
 
 
 class _Pickler(pickle._Pickler):
@@ -60,11 +70,15 @@ class _Pickler(pickle._Pickler):
     its save_global can be overridden; the standard one would insist on importing _dynet."""
 
     def save_global(self, obj, name=None):
-        dn = _dynet_name(obj) if isinstance(obj, type) else None
+        dn = _dynet_name(obj)
         if dn is None:
             return super().save_global(obj, name)
         self.write(pickle.GLOBAL + b"_dynet\n" + dn.encode("ascii") + b"\n")
         self.memoize(obj)
+
+    # functions go through the table's own save_global, not the override: routed to it here
+    dispatch = dict(pickle._Pickler.dispatch)
+    dispatch[types.FunctionType] = lambda self, obj: self.save_global(obj)
 
 
 def _dumps(record) -> bytes:
@@ -78,7 +92,8 @@ class _Unpickler(pickle.Unpickler):
         if module == "_dynet":
             import autobatch
             cls = getattr(autobatch, name, None)
-            if not isinstance(cls, type):
+            # a class, or one of DyNet's functions (a spec's activation): autobatch's of that name
+            if not (isinstance(cls, type) or callable(cls) and _dynet_name(cls) == name):
                 raise pickle.UnpicklingError(f"DyNet's {name} has no counterpart in autobatch")
             return cls
         cls = _class(f"{module}:{name}")

@@ -263,6 +263,30 @@ def test_slices_of_several_dimensions():
     np.testing.assert_array_equal(P.grad_as_array(), want)
 
 
+def test_kmh_ngram_and_input_tensor_transpose():
+    """DyNet 2.1's values: kmh_ngram sums n consecutive columns; inputTensorTranspose reads a
+    flat array in column-major order into dim (and batch_size elements)."""
+    data = np.arange(12.0).reshape(3, 4)
+    m = dy.ParameterCollection()
+    P = m.add_parameters((3, 4), init=data)
+    dy.renew_cg()
+    x = dy.parameter(P)
+    for n, want in ((1, data), (2, [[1, 3, 5], [9, 11, 13], [17, 19, 21]]), (3, [[3, 6], [15, 18], [27, 30]])):
+        np.testing.assert_array_equal(dy.kmh_ngram(x, n).npvalue(), want)
+    dy.sum_elems(dy.cmult(dy.kmh_ngram(x, 2), dy.inputTensor(np.arange(9.0).reshape(3, 3)))).backward()
+    np.testing.assert_array_equal(P.grad_as_array(), [[0, 1, 3, 2], [3, 7, 9, 5], [6, 13, 15, 8]])
+    for bad in ((x, 5), (x, 0), (dy.inputVector([1.0, 2.0]), 1)):
+        with pytest.raises(dy.GraphError, match="kmh_ngram"):
+            dy.kmh_ngram(*bad)
+    a = np.arange(6.0)
+    assert dy.inputTensorTranspose(a).npvalue().tolist() == a.tolist()
+    assert dy.inputTensorTranspose(a, dim=(2, 3)).npvalue().tolist() == [[0, 2, 4], [1, 3, 5]]
+    b = dy.inputTensorTranspose(a, dim=(3,), batch_size=2)
+    assert b.dim() == ((3,), 2) and b.npvalue().tolist() == [[0, 3], [1, 4], [2, 5]]
+    with pytest.raises(dy.GraphError, match="inputTensorTranspose"):
+        dy.inputTensorTranspose(a, dim=(4,))
+
+
 def test_a_parameter_nodes_gradient_is_this_backwards_part():
     """As DyNet 2.1: the node's gradient is what the graph's last backward gave it, while the
     parameter's grad_as_array() sums every backward since the last update."""

@@ -48,8 +48,7 @@ NOT_PROVIDED = {
     "UnsignedValue": "internal", "UnsignedVectorValue": "internal", "ERRMSG": "internal",
     "print_function": "internal",
     # rarely used: not written yet
-    "constrained_softmax": "not yet", "kmh_ngram": "not yet",
-    "inputTensorTranspose": "not yet",
+    "constrained_softmax": "not yet",
 }
 
 

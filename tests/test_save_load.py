@@ -115,6 +115,44 @@ def test_user_objects_round_trip(tmp_path):
     np.testing.assert_array_equal(t2.O.as_array(), t.O.as_array())
 
 
+class Dense:
+    """A user layer that keeps its activation in its spec (a CNN text classifier's do)."""
+
+    def __init__(self, model, n, act):
+        self.pc = model.add_subcollection("dense")
+        self.W = self.pc.add_parameters((n, n))
+        self.act = act
+        self.spec = (n, act)
+
+    def param_collection(self):
+        return self.pc
+
+    @staticmethod
+    def from_spec(spec, model):
+        return Dense(model, *spec)
+
+
+def test_a_spec_may_hold_dynets_functions(tmp_path):
+    """An activation kept in a spec is written as DyNet's function, _dynet.tanh, which
+    DyNet's load reads as its own, and read back as autobatch's; other functions stay
+    refused both ways."""
+    pc = dy.ParameterCollection()
+    d = Dense(pc, 3, dy.tanh)
+    save(str(tmp_path / "f"), [d])
+    assert b"_dynet\ntanh\n" in (tmp_path / "f.meta").read_bytes()
+    (d2,) = load(str(tmp_path / "f"), dy.ParameterCollection())
+    assert d2.act is dy.tanh
+    np.testing.assert_array_equal(d2.W.as_array(), d.W.as_array())
+    for bad in (dy.save, lambda x: x):
+        with pytest.raises(TypeError, match="spec holds a function"):
+            save(str(tmp_path / "g"), [Dense(pc, 3, bad)])
+    data = (tmp_path / "f.data").read_text()
+    pc2 = dy.ParameterCollection()
+    for name in (b"save", b"load"):          # a file may name expression functions only
+        with pytest.raises(ValueError, match="has no counterpart"):
+            load(_files(tmp_path, "io", b"\x80\x02c_dynet\n" + name + b"\n.", data), pc2)
+
+
 def test_save_errors(tmp_path):
     pc = dy.ParameterCollection()
     with pytest.raises(TypeError, match="not a Parameter"):
