@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from . import runtime
 from .api import (abs, affine_transform, average, binary_log_loss, bmax, cdiv, cmult,  # noqa: F401
-                  concatenate, concatenate_cols, const_lookup, const_parameter, constant,
+                  concatenate, concatenate_cols, const_lookup, const_parameter, constant, constrained_softmax,
                   dot_product, dropout, elu, emax, esum, exp, hinge, inputMatrix, inputTensor,
                   inputVector, l2_norm, log, log_softmax, logistic, lookup, lstm_cell, max_dim, mean_elems,
                   noise, ones, parameter, pick, pickneglogsoftmax, pickrange, rectify, reshape,

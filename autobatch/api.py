@@ -618,6 +618,12 @@ if type(x) is _E and x.cg is g and d == 0 and type(d) is int:
     if r is not None and r[4] is shapes[a] and r[5] is None:""", ("a",))
 
 
+def constrained_softmax(x, y) -> Expression:
+    """Softmax of the scores x with upper bounds y on the probabilities (Martins and
+    Kreutzer, 2017): min(y, c·exp(x)), c making them sum to 1; x, y vectors (n,)."""
+    return _op(OPS["constrained_softmax"], x, y)
+
+
 def log_softmax(x, restrict=None) -> Expression:
     """log(softmax(x)) over dimension 0; same shape. restrict (a vector x only): the
     log-softmax over those elements alone, -inf at the others (DyNet's)."""

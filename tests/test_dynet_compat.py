@@ -287,6 +287,27 @@ def test_kmh_ngram_and_input_tensor_transpose():
         dy.inputTensorTranspose(a, dim=(4,))
 
 
+@pytest.mark.parametrize("x, u, p, gx, gu", [
+    # DyNet 2.1's values and gradients of sum(constrained_softmax(x, u) ⊙ [1, 2, ...])
+    ([1.0, 2.0, 3.0, 0.5], [0.1, 0.1, 1.0, 1.0], [0.1, 0.1, 0.739313, 0.060687],
+     [0.0, 0.0, -0.056083, 0.056083], [-2.075858, -1.075858, 0.0, 0.0]),
+    ([1.0, 2.0, 3.0, 0.5], [1.0, 1.0, 0.2, 1.0], [0.184979, 0.502825, 0.2, 0.112196],
+     [-0.194092, -0.024772, 0.0, 0.218864], None),
+    ([0.0, 0.0, 0.0], [0.2, 0.5, 1.0], [0.2, 0.4, 0.4], [0.0, -0.2, 0.2], None)])
+def test_constrained_softmax_as_dynet(x, u, p, gx, gu):
+    m = dy.ParameterCollection()
+    X, U = m.add_parameters(len(x), init=np.array(x)), m.add_parameters(len(u), init=np.array(u))
+    dy.renew_cg()
+    c = dy.constrained_softmax(dy.parameter(X), dy.parameter(U))
+    np.testing.assert_allclose(c.npvalue(), p, atol=2e-6)
+    dy.sum_elems(dy.cmult(c, dy.inputVector([float(k) for k in range(1, len(x) + 1)]))).backward()
+    np.testing.assert_allclose(X.grad_as_array(), gx, atol=2e-6)
+    if gu is not None:
+        np.testing.assert_allclose(U.grad_as_array(), gu, atol=2e-6)
+    with pytest.raises(dy.GraphError, match="constrained_softmax"):
+        dy.constrained_softmax(dy.parameter(X), dy.inputVector([1.0] * (len(x) + 1)))
+
+
 def test_a_parameter_nodes_gradient_is_this_backwards_part():
     """As DyNet 2.1: the node's gradient is what the graph's last backward gave it, while the
     parameter's grad_as_array() sums every backward since the last update."""

@@ -47,8 +47,6 @@ NOT_PROVIDED = {
     "Tensor": "internal", "FloatValue": "internal", "FloatVectorValue": "internal",
     "UnsignedValue": "internal", "UnsignedVectorValue": "internal", "ERRMSG": "internal",
     "print_function": "internal",
-    # rarely used: not written yet
-    "constrained_softmax": "not yet",
 }
 
 

@@ -113,6 +113,8 @@ GRAD_ROWS = {
                              + dy.max_dim(c.mix(k))),
     "softmax": lambda c, k: (red(dy.softmax(c.h(k)), k) + red(dy.softmax(c.m(k)), k)
                              + red(dy.softmax(c.mix(k)), k)),
+    # bounds in (0.4, 0.7) over 3 entries: feasible, and binding for some instances
+    "constrained_softmax": lambda c, k: red(dy.constrained_softmax(c.h(k) * 2, 0.4 + 0.3 * dy.logistic(c.e(k))), k),
     "log_softmax": lambda c, k: (red(dy.log_softmax(c.h(k)), k) + red(dy.log_softmax(c.m(k)), k)
                                  + red(dy.log_softmax(c.mix(k)), k)),
     "pickneglogsoftmax": lambda c, k: (dy.pickneglogsoftmax(c.h(k), k % 3)

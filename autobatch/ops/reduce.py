@@ -2,6 +2,8 @@
 reduction of a (B, n) block needs every node of the batch to have the same n."""
 from __future__ import annotations
 
+import numpy as np
+
 from .base import Op, ShapeError, register
 
 
@@ -162,6 +164,47 @@ class Softmax(Op):
 
     def backward(self, xp, xs, y, gy, attr, data):
         return [y * (gy - (gy * y).sum(axis=1, keepdims=True))]    # (row blocks: no faster)
+
+
+def _csoftmax(xp, x, u):
+    """(p, saturated, s) of constrained softmax over rows of x (B, n) with bounds u: p =
+    min(u, c·exp(x)), c making each row sum to 1 (s: the mass left to the unsaturated). The
+    saturated set only grows from one round to the next (c rises), so n rounds suffice."""
+    z = xp.exp(x - x.max(axis=1, keepdims=True))
+    sat = xp.zeros(x.shape, dtype=bool)
+    with np.errstate(divide="ignore", invalid="ignore"):     # every bound binding: p = u
+        for _ in range(x.shape[1]):
+            s = 1.0 - (u * sat).sum(axis=1, keepdims=True)
+            p = xp.where(sat, u, z * (s / (z * ~sat).sum(axis=1, keepdims=True)))
+            new = ~sat & (p > u)
+            if not bool(new.any()):
+                break
+            sat |= new
+    return p, sat, s
+
+
+@register
+class ConstrainedSoftmax(Op):
+    """Softmax with upper bounds u on the probabilities (Martins and Kreutzer, 2017), as
+    DyNet's: p = min(u, c·exp(x)) with c such that Σp = 1; x and u vectors of one shape.
+    Gradients reach both: with A the saturated set and s = 1 - Σ_A u, for i outside A
+    dp_i/dx_j = p_i (δ_ij - p_j/s) and dp_i/du_k = -p_i/s (k in A); p_k = u_k in A."""
+    name = "constrained_softmax"
+
+    def shape(self, shapes, attr):
+        if len(shapes[0]) != 1 or shapes[1] != shapes[0]:
+            raise ShapeError(f"constrained_softmax: needs two vectors of one shape (scores, upper bounds), "
+                             f"got {shapes[0]} and {shapes[1]}")
+        return shapes[0]
+
+    def forward(self, xp, xs, attr, data):
+        return _csoftmax(xp, xs[0], xs[1])[0]
+
+    def backward(self, xp, xs, y, gy, attr, data):
+        p, sat, s = _csoftmax(xp, xs[0], xs[1])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = xp.where(s > 0, (gy * p * ~sat).sum(axis=1, keepdims=True) / s, 0.0)
+        return [xp.where(sat, 0.0, p * (gy - t)), xp.where(sat, gy - t, 0.0)]
 
 
 @register
