@@ -355,15 +355,10 @@ if type(xs) is list and len(xs) == 3:
     if type(x) is _E and x.cg is g:
         COLS
         xi = x.i
-        if type(w) is _P:
-            r = fw.get(w)        # add_affine's last entry for W
-            ok = r is not None and r[4] is b
-        elif type(w) is _E and type(b) is _E and w.cg is g and b.cg is g:
-            r = fw.get(w.i)
-            ok = r is not None and r[4] == b.i
-        else:
-            ok = False
-        if ok and r[5] is shapes[xi]:
+        # add_affine's last entry for W, or add_affine_nodes' for W's node (r[4]: b's node)
+        r = fw.get(w) if type(w) is _P else \
+            fw.get(w.i) if type(w) is _E and type(b) is _E and w.cg is g and b.cg is g else None
+        if r is not None and r[5] is shapes[xi] and (r[4] is b or type(b) is _E and r[4] == b.i):
             pb = r[6]
             pw = r[7]""", ("pb", "pw", "xi"), need="r[3]", depth="depths[xi] + 1", params_in=("pb", "pw"),
                                  _P=Parameter)
@@ -394,7 +389,7 @@ transpose = fastpath.fast(transpose, _TRANSPOSE, "x, dims=_T10", """
 if type(x) is _E and x.cg is g and (dims is _T10 or type(dims) is tuple and dims == _T10):
     COLS
     a = x.i
-    r = fa.get(_op)
+    r = g._fa.get(_op)
     if r is not None and r[4] is shapes[a] and r[5] is None:""", ("a",), _T10=(1, 0))
 
 
@@ -614,7 +609,7 @@ softmax = fastpath.fast(softmax, _SOFTMAX, "x, d=0", """
 if type(x) is _E and x.cg is g and d == 0 and type(d) is int:
     COLS
     a = x.i
-    r = fa.get(_op)
+    r = g._fa.get(_op)
     if r is not None and r[4] is shapes[a] and r[5] is None:""", ("a",))
 
 
@@ -646,7 +641,7 @@ log_softmax = fastpath.fast(log_softmax, _LOG_SOFTMAX, "x, restrict=None", """
 if type(x) is _E and x.cg is g and restrict is None:
     COLS
     a = x.i
-    r = fa.get(_op)
+    r = g._fa.get(_op)
     if r is not None and r[4] is shapes[a] and r[5] is None:""", ("a",))
 
 
@@ -743,7 +738,7 @@ pick = fastpath.fast(pick, _PICK, "x, index, dim=0", """
 if type(index) is int and type(x) is _E and x.cg is g and dim == 0 and type(dim) is int:
     COLS
     a = x.i
-    r = fa.get(_op)
+    r = g._fa.get(_op)
     if r is not None and r[4] is shapes[a] and r[5] == 0 and 0 <= index < r[4][0]:""", ("a",), attr="0",
                      data="index")
 
@@ -852,7 +847,7 @@ dropout = fastpath.fast(dropout, _DROPOUT, "x, p", """
 if type(p) is float and 0.0 < p < 1.0 and _S.dropout and type(x) is _E and x.cg is g:
     COLS
     a = x.i
-    r = fa.get(_op)
+    r = g._fa.get(_op)
     if r is not None and r[4] is shapes[a] and r[5] == p:""", ("a",), attr="p", data="(g.seed << 24) ^ n")
 
 
@@ -947,7 +942,7 @@ if type(x) is _E and x.cg is g:
     COLS
     i = x.i
     k = (a, b)
-    r = fa.get(k)
+    r = g._fa.get(k)
     if r is not None and r[4] is shapes[i]:""", ("i",), attr="k")
 
 

@@ -23,7 +23,7 @@ from .graph import Expression
 
 # the guards' line "COLS" becomes this unpacking of ComputationGraph._cols (the columns and
 # caches under these names), placed where g is known to be a graph
-COLS = "depths, needs, uses, sigs, args, shapes, attrs, datas, f1, f2, f3, fw, flk, fmm, fa = g._cols"
+COLS = "depths, needs, uses, sigs, args, shapes, attrs, datas, f1, f2, f3, fw, flk, fmm = g._cols"
 
 _APPEND = """\
 {depth}

@@ -144,7 +144,7 @@ class ComputationGraph:
         self._fast: dict = {}       # add1/add2 caches (signatures are per graph)
         self._faff: dict = {}       # add_affine cache
         self._fmm: dict = {}        # add_shared_matmul cache: W (its node or Parameter) -> entry
-        self._fa: dict = {}         # op -> add_unary's last entry + (input shape, attr)
+        self._fa: dict = {}         # op -> add_unary's last entry + (input shape, attr); read as g._fa
         # the last entry of each kind, keyed by one object (no key tuple to build and hash);
         # the API's inline fast paths read them and check the input shapes by identity
         self._f1: dict = {}         # op -> add1 entry + (input shape,)
@@ -410,8 +410,7 @@ class ComputationGraph:
         fast path unpacks it once instead of loading a dozen attributes, a tenth of its time.
         Only revert() replaces a cache; the columns change in place."""
         self._cols = (self.depths, self.needs, self.uses, self.sigs, self.args, self.shapes,
-                      self.attrs, self.datas, self._f1, self._f2, self._f3, self._fw, self._flk, self._fmm,
-                      self._fa)
+                      self.attrs, self.datas, self._f1, self._f2, self._f3, self._fw, self._flk, self._fmm)
 
     # --- DyNet's checkpoints: build a candidate, evaluate it, drop it (beam search) -------
     def checkpoint(self) -> None:
@@ -670,8 +669,8 @@ class ThroughAdd:
     must see every node: the debug graph records lines, the vertex tracer records symbols."""
 
     # the API's inline fast paths find nothing here, so every node goes through add()
-    _f1 = _f2 = _f3 = _fw = _flk = MappingProxyType({})
-    _cols = (None,) * 8 + (_f1,) * 7    # no columns (TraceGraph), caches that stay empty
+    _f1 = _f2 = _f3 = _fw = _flk = _fa = MappingProxyType({})
+    _cols = (None,) * 8 + (_f1,) * 6    # no columns (TraceGraph), caches that stay empty
 
     def absorb_sum(self, t, o, caller):   # nothing is rewritten in place here (fastpath.ABSORB)
         return None
