@@ -918,10 +918,15 @@ def _getitem(x, k):
 
 def _slices(x, k):
     """x[a:b, c:d:e, ...]: one slice per leading dimension, as DyNet's (no ints there, steps
-    of 1 and up; every dimension stays)."""
+    of 1 and up; every dimension stays). Slices past the last dimension address DyNet's
+    trailing dimensions of size 1 (a vector (n,) is (n, 1) there): each must keep index 0."""
     s = _shape(x)
-    if len(k) > len(s):
-        raise GraphIndexError(f"slice: {len(k)} slices for an input of shape {s} [at {user_line()}]")
+    for c in k[len(s):]:
+        a, b, step = c.indices(1)
+        if not a < b:
+            raise GraphIndexError(f"slice: {c} selects nothing of a dimension of size 1 past the input's "
+                                  f"shape {s} [at {user_line()}]")
+    k = k[:len(s)]
     rng = [c.indices(n) for c, n in zip(k, s)]
     if any(step < 1 for _, _, step in rng):
         raise GraphIndexError(f"slice: steps must be positive, got {[c.step for c in k]} for an input of "

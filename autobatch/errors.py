@@ -53,7 +53,7 @@ def user_site():
 
 
 _OPERATORS = {"_add": "+", "_sub": "-", "_mul": "*", "_div": "/", "_getitem": "[]", "__add__": "+",
-              "_param_add": "+", "_expr_mul": "*", "_param_mul": "*",
+              "_param_add": "+", "_expr_mul": "*", "_param_mul": "*", "_radd": "+", "_rsub": "-", "_rmul": "*",
               "__radd__": "+", "__sub__": "-", "__rsub__": "-", "__mul__": "*", "__rmul__": "*",
               "__truediv__": "/", "__rtruediv__": "/", "__getitem__": "[]", "__pow__": "**"}
 

@@ -449,6 +449,7 @@ class ComputationGraph:
         self._faff = {k: v for k, v in self._faff.items() if v[6] < n and v[7] < n}
         self._fmm = {k: v for k, v in self._fmm.items() if v[5] < n}
         self._fw = {k: v for k, v in self._fw.items() if v[6] < n and v[7] < n}
+        self._sums = {k: v for k, v in self._sums.items() if k[1] < n}     # (signature, parameter node)
         self._flk = {k: v for k, v in self._flk.items() if v[4] < n}
         self._bind()
         self._recipes = {}

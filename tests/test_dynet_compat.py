@@ -254,9 +254,12 @@ def test_slices_of_several_dimensions():
     for k in ((slice(None, 2), slice(1, 3)), (slice(None), slice(None), slice(None, None, 2)), (slice(1, 3),)):
         assert x[k].dim()[0] == data[k].shape
         np.testing.assert_array_equal(x[k].npvalue(), data[k])
-    for k in ((slice(None), slice(None, None, -1)), (slice(None),) * 4):
+    for k in ((slice(None), slice(None, None, -1)), (slice(None), slice(None), slice(None), slice(1, 2))):
         with pytest.raises(IndexError, match="slice"):
             x[k]
+    v = dy.inputVector([1.0, 2.0, 3.0, 4.0])          # DyNet's (4, 1): a second slice may keep index 0
+    assert v[1:3, :].dim() == ((2,), 1) and v[1:3, 0:1].npvalue().tolist() == [2.0, 3.0]
+    np.testing.assert_array_equal(x[:, :, :, :].npvalue(), data)
     dy.sum_elems(x[:2, 1:3]).backward()
     want = np.zeros((3, 4, 5))
     want[:2, 1:3] = 1.0

@@ -487,3 +487,13 @@ def test_non_finite_values_in_an_unused_wide_node(op, arity):
         W.zero_grad()
     assert np.isfinite(grads[0]).all()
     np.testing.assert_allclose(grads[0], grads[1], rtol=1e-6)
+
+
+def test_reflected_operators_name_the_operator():
+    """c + x, c - x, c * x with c no number: the error names the operator, as x + c does."""
+    dy.renew_cg()
+    x = dy.inputVector([1.0, 2.0])
+    for f, op in ((lambda: True + x, r"\+"), (lambda: None - x, "-"), (lambda: [1] * x, r"\*"),
+                  (lambda: x + True, r"\+")):
+        with pytest.raises(TypeError, match=f"operator {op}: expected an Expression"):
+            f()

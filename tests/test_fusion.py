@@ -315,3 +315,23 @@ def test_a_cached_bias_sum_still_refuses_what_absorb_sum_refuses(m):
     for e in warm + [s1, s2, s3, s4, s5]:
         np.testing.assert_allclose(e.npvalue(), want + b.npvalue(), rtol=1e-5)
     dy.cg_revert()
+
+
+def test_a_revert_forgets_the_bias_sums_of_the_nodes_it_drops(m):
+    """A parameter first used after a checkpoint gets a node id the revert hands out again:
+    the cached (signature, bias node) pair of its W * x + b must go with it, or the next
+    parameter with that id gets the old signature and stops batching with its equals."""
+    W, E = m["W"], m["E"]
+    pc = m["pc"]
+    b2, b3 = pc.add_parameters(4), pc.add_parameters(4)
+    dy.renew_cg()
+    x = dy.lookup(E, 1)
+    W * x + m["b"]
+    dy.cg_checkpoint()
+    W * x + b2, W * x + b2                      # b2's node, after the checkpoint; the pair cached
+    dy.cg_revert()
+    s1, s2 = W * x + b3, W * x + b3             # b3's node reuses b2's id
+    a = dy.affine_transform([b3, W, x])
+    g = dy.cg()
+    assert g.sigs[s1.i] == g.sigs[s2.i] == g.sigs[a.i]
+    np.testing.assert_allclose(s2.npvalue(), a.npvalue(), rtol=1e-6)
