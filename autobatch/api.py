@@ -997,7 +997,7 @@ def _param_mul(p, o):
 # W * x from the entry add_shared_matmul keeps for W: (out shape, size, signature, op
 # differentiable, x's shape, W's node)
 Expression.__mul__ = fastpath.fast(_expr_mul, _MM_SHARED, "x, y", """
-if (type(y) is float or type(y) is int) and type(x) is _E and x.cg is g:
+if type(y) is not _E and (type(y) is float or type(y) is int) and type(x) is _E and x.cg is g:
     return _scale(x, float(y), 0.0)
 if type(y) is _E and type(x) is _E and x.cg is g and y.cg is g:
     COLS
