@@ -899,6 +899,8 @@ def _div(a, b):
 
 def _getitem(x, k):
     if type(k) is tuple and k and all(type(c) is slice for c in k):
+        if type(x) is minibatch.BatchedExpression:
+            return _batch_slices(x, k)
         return _slices(x, k)
     if isinstance(k, slice):
         n = _shape(x)[0]
@@ -918,21 +920,39 @@ def _getitem(x, k):
 
 def _slices(x, k):
     """x[a:b, c:d:e, ...]: one slice per leading dimension, as DyNet's (no ints there, steps
-    of 1 and up; every dimension stays). Slices past the last dimension address DyNet's
-    trailing dimensions of size 1 (a vector (n,) is (n, 1) there): each must keep index 0."""
+    of 1 and up; every dimension stays). One more slice addresses the batch (a plain
+    expression is a batch of one: that slice must keep it)."""
     s = _shape(x)
-    for c in k[len(s):]:
-        a, b, step = c.indices(1)
-        if not a < b:
-            raise GraphIndexError(f"slice: {c} selects nothing of a dimension of size 1 past the input's "
-                                  f"shape {s} [at {user_line()}]")
-    k = k[:len(s)]
+    if len(k) > len(s):
+        _batch_range(k, len(s), 1, s)
+        k = k[:len(s)]
     rng = [c.indices(n) for c, n in zip(k, s)]
     if any(step < 1 for _, _, step in rng):
         raise GraphIndexError(f"slice: steps must be positive, got {[c.step for c in k]} for an input of "
                               f"shape {s} [at {user_line()}]")
     from .api_shape import strided_select      # (api_shape builds on this module)
     return strided_select(x, [r[2] for r in rng], [r[0] for r in rng], [r[1] for r in rng])
+
+
+def _batch_range(k, rank, n, s):
+    """range(n)[k[rank]]: the batch elements the slice after an element's rank dimensions
+    keeps, as DyNet's batch dimension (the last); more slices, a step below 1 or nothing
+    kept is refused."""
+    a, b, step = k[rank].indices(n)
+    if len(k) > rank + 1 or step < 1 or not a < b:
+        raise GraphIndexError(f"slice: {list(k)} for a batch of {n} of shape {s}: one slice per dimension and one "
+                              f"for the batch, steps of 1 and up, something kept [at {user_line()}]")
+    return range(a, b, step)
+
+
+def _batch_slices(x, k):
+    """x[..., a:b] of DyNet's minibatch: the slice after the elements' dimensions picks elements."""
+    s = _shape(x.xs[0])
+    els = x.xs
+    if len(k) > len(s):
+        els = [els[j] for j in _batch_range(k, len(s), len(els), s)]
+        k = k[:len(s)]
+    return minibatch.batch_of([_slices(e, k) for e in els])
 
 
 def _scale_slow(x, a, b):

@@ -138,6 +138,11 @@ def size_arg(where: str, name: str, v) -> int:
     return int(v)
 
 
+def _graph_key(g):
+    """A graph's number (a vertex tracer, which has none: its id)."""
+    return getattr(g, "gid", None) or id(g)
+
+
 class _Builder:
     """Common part: parameters per layer, dropout settings, initial states, stacking."""
 
@@ -158,6 +163,7 @@ class _Builder:
         self.dropout = 0.0
         self.dropout_h = 0.0
         self._last_run = None     # weak reference to the last initial_state()'s _Run (set_dropout_masks)
+        self._state_gid = None    # the graph of the last initial_state() (get_parameter_expressions)
 
     # --- to be defined by each builder ------------------------------------------
     def _make_layer(self, in_dim: int) -> list:
@@ -176,7 +182,13 @@ class _Builder:
         return [list(P) for P in self.params]
 
     def get_parameter_expressions(self) -> list:
-        return [[dy.parameter(p) for p in P] for P in self.params]
+        """Per layer, the expressions of get_parameters() in the current graph, where
+        initial_state() has loaded them: before it, a ValueError, as DyNet's."""
+        g = dy._S.graph
+        if g is None or _graph_key(g) != self._state_gid:
+            raise ValueError(f"{type(self).__name__}.get_parameter_expressions: call initial_state() in this "
+                             f"graph first (the expressions are the parameters it loads) [at {user_line()}]")
+        return [[dy.parameter(p) for p in P] for P in self.get_parameters()]
 
     def whoami(self) -> str:
         return type(self).__name__
@@ -203,6 +215,7 @@ class _Builder:
         """Start a sequence in the current graph. vecs: None (zero state), or the full
         state as ``s()`` lays it out: LSTM [c_1..c_L, h_1..h_L], else [h_1..h_L], each (hidden_dim,)."""
         run = _Run(self._param_exprs(update), *self._masks())
+        self._state_gid = _graph_key(run.exprs[0][0].cg) if run.exprs and run.exprs[0] else None
         self._last_run = weakref.ref(run)
         if vecs is None:
             return RNNState(self, run, None, None, None)
@@ -411,9 +424,6 @@ class VanillaLSTMBuilder(_Builder):
     def get_parameters(self) -> list:
         """Per layer [W_x, W_h, b] (DyNet's list leaves out ln_lstm's gains and biases)."""
         return [list(P[:3]) for P in self.params]
-
-    def get_parameter_expressions(self) -> list:
-        return [[dy.parameter(p) for p in P[:3]] for P in self.params]
 
     def set_dropouts(self, d: float, d_r: float) -> None:
         """DyNet's name for set_dropout(d, d_r): rates on the input and on the recurrent h."""

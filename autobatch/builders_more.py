@@ -96,9 +96,6 @@ class SparseLSTMBuilder(VanillaLSTMBuilder):
         """Per layer [W_x, W_h, b, M_x, M_h], as DyNet's."""
         return [list(P[:5]) for P in self.params]
 
-    def get_parameter_expressions(self) -> list:
-        return [[dy.parameter(p) for p in P[:5]] for P in self.params]
-
     def _param_exprs(self, update: bool) -> list:
         out = []
         for P in self.params:

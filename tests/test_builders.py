@@ -158,7 +158,14 @@ def test_parameters_in_dynet_layout(kind):
     assert shapes == expect
     assert b.param_collection() in m.subcollections()
     assert len(m.parameters_list()) == sum(len(l) for l in expect)
+    dy.renew_cg()
+    with pytest.raises(ValueError, match="initial_state"):       # DyNet's too: nothing loaded yet
+        b.get_parameter_expressions()
+    b.initial_state()
     assert len(b.get_parameter_expressions()[1]) == len(expect[1])
+    dy.renew_cg()
+    with pytest.raises(ValueError, match="initial_state"):       # that graph is gone
+        b.get_parameter_expressions()
 
 
 @pytest.mark.parametrize("fb", [1.0, 0.5, 0.0])

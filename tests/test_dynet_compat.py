@@ -257,7 +257,12 @@ def test_slices_of_several_dimensions():
     for k in ((slice(None), slice(None, None, -1)), (slice(None), slice(None), slice(None), slice(1, 2))):
         with pytest.raises(IndexError, match="slice"):
             x[k]
-    v = dy.inputVector([1.0, 2.0, 3.0, 4.0])          # DyNet's (4, 1): a second slice may keep index 0
+    # DyNet's own test suite: the slice after the dimensions picks a minibatch's elements
+    b = dy.inputTensor(data, batched=True)            # 5 elements of (3, 4)
+    assert b[:1, :2, 1:4].dim() == ((1, 2), 3)
+    np.testing.assert_array_equal(b[:1, :2, 1:4].npvalue(), data[:1, :2, 1:4])
+    assert b[1:, ::2].dim() == ((2, 2), 5)
+    v = dy.inputVector([1.0, 2.0, 3.0, 4.0])          # a batch of one: a second slice must keep it
     assert v[1:3, :].dim() == ((2,), 1) and v[1:3, 0:1].npvalue().tolist() == [2.0, 3.0]
     np.testing.assert_array_equal(x[:, :, :, :].npvalue(), data)
     dy.sum_elems(x[:2, 1:3]).backward()

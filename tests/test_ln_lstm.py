@@ -52,6 +52,8 @@ def test_parameters_as_dynet():
     m = dy.ParameterCollection()
     b = dy.VanillaLSTMBuilder(2, 3, 4, m, ln_lstm=True, forget_bias=0.5)
     assert [[p.shape() for p in P] for P in b.get_parameters()] == [[(16, 3), (16, 4), (16,)], [(16, 4), (16, 4), (16,)]]
+    dy.renew_cg()
+    b.initial_state()
     assert [len(P) for P in b.get_parameter_expressions()] == [3, 3]
     ps = m.parameters_list()
     lay = lambda d: [(16, d), (16, 4), (16,), (16,), (16,), (16,), (16,), (4,), (4,)]  # noqa: E731
