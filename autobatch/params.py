@@ -442,7 +442,10 @@ class LookupParameter(Parameter):
     def init_row(self, i: int, row) -> None:
         i = self._row(i)
         row = _host_or_device(row)
-        if tuple(row.shape) != tuple(self.data.shape[1:]):
+        shape = tuple(self.data.shape[1:])
+        if row.ndim == 1 and len(shape) > 1 and row.shape[0] == int(np.prod(shape)):
+            row = row.reshape(shape, order="F")     # DyNet's flat row: its memory order, column-major
+        if tuple(row.shape) != shape:
             raise ValueError(f"init_row: rows have shape {tuple(self.data.shape[1:])}, got {tuple(row.shape)} [at "
                              f"{user_line()}]")
         self.data[i] = self.xp.asarray(row, dtype=self.dtype)

@@ -266,3 +266,13 @@ def test_used_rows_sorted_and_distinct_over_several_lookups(backend):
     np.testing.assert_array_equal(to_np(E.used_rows()), [4])
     E.rows_used = [np.array([], dtype=np.int64), np.array([3, 3])]
     np.testing.assert_array_equal(to_np(E.used_rows()), [3])
+
+
+def test_init_row_takes_a_flat_row_in_dynets_order(f64):
+    """A table of (2, 3) rows takes a flat list of 6 values, column-major, as DyNet's."""
+    m = dy.ParameterCollection()
+    lp = m.add_lookup_parameters((4, 2, 3))
+    lp.init_row(1, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
+    np.testing.assert_array_equal(lp.row_as_array(1), [[0, 2, 4], [1, 3, 5]])
+    with pytest.raises(ValueError, match="init_row"):
+        lp.init_row(1, [0.0] * 5)
