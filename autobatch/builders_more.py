@@ -77,10 +77,6 @@ class SparseLSTMBuilder(VanillaLSTMBuilder):
     The masks enter each graph as constants: they take no gradient, and the masked weights
     get none either (checked against DyNet 2.1: masks, values and updates)."""
 
-    def __init__(self, layers: int, input_dim: int, hidden_dim: int, model: ParameterCollection,
-                 ln_lstm: bool = False, forget_bias: float = 1.0):
-        super().__init__(layers, input_dim, hidden_dim, model, ln_lstm, forget_bias)
-
     def _make_layer(self, in_dim: int) -> list:
         H, m = self.hidden_dim, self.model
         # DyNet's creation order (the names /_0../_4 and its files): W_x, W_h, M_x, M_h, b
