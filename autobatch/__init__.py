@@ -5,6 +5,8 @@ instance with DyNet's functions, and forward/backward group equal-signature node
 of all instances into batched NumPy (or CuPy) kernels."""
 from __future__ import annotations
 
+import os as _os
+
 from . import runtime
 from .api import (abs, affine_transform, average, binary_log_loss, bmax, cdiv, cmult,  # noqa: F401
                   concatenate, concatenate_cols, const_lookup, const_parameter, constant, constrained_softmax,
@@ -24,6 +26,7 @@ from .builders_more import (BiRNNBuilder, ClassFactoredSoftmaxBuilder, CompactVa
                             CoupledLSTMBuilder, FastLSTMBuilder, SoftmaxBuilder, SparseLSTMBuilder,
                             StackedRNNState, StandardSoftmaxBuilder)
 from .coop import InstanceCancelled, batched_map  # noqa: F401
+from .denormals import flush_denormal, set_flush_denormal  # noqa: F401
 from .errors import AutobatchError, GradientError, GraphError, GraphIndexError, NonFiniteError, StaleExpressionError
 from .graph import ComputationGraph, Expression, cg, renew_cg
 from .dynet_params import DynetParams, init, init_from_params  # noqa: F401
@@ -53,6 +56,11 @@ _minibatch.install(
     classes=[Expression, Parameter, LookupParameter])
 
 __version__ = "0.1.0"
+
+# DyNet flushes denormal floats to zero at import, and a training loop slows down many times
+# where they appear (denormals.py); AUTOBATCH_FLUSH_DENORMAL=0 keeps them
+if _os.environ.get("AUTOBATCH_FLUSH_DENORMAL", "1").strip().lower() not in ("0", "false", "no"):
+    set_flush_denormal(True)
 
 
 def stats() -> dict:
