@@ -84,6 +84,39 @@ def test_loss_heads_of_different_depths_share_one_batch():
             assert n_batches == 1 and loss_batches[0] == [16]
 
 
+def test_small_plans_are_kept_by_structure_and_remade_when_it_differs():
+    """A small forward's plan comes from the cache when every column the plan depends on is
+    equal; a node consumed after the forward's end (uses) changes the plan, and its key."""
+    pc = dy.ParameterCollection()
+    W, b, V = pc.add_parameters((4, 4)), pc.add_parameters(4), pc.add_parameters((3, 4))
+    dy.renew_cg("agenda")
+    losses = []
+    for length in (3, 5, 8):
+        h = dy.inputVector([0.1, 0.2, 0.3, 0.4])
+        for t in range(length):
+            h = dy.tanh(dy.affine_transform([b, W, h]))
+            losses.append(dy.pickneglogsoftmax(V * h, t % 3))
+    dy.esum(losses)
+    g = dy.cg()
+    n = g.node_count()
+    assert n <= scheduler._SMALL
+    scheduler._PLANS.clear()
+
+    def plan(uses):
+        return scheduler.schedule(Strategy.AGENDA, 0, n, g.sigs, g.depths, g.args, g.heavy_of_sig, uses)
+
+    first = plan(g.uses)
+    assert first == scheduler._agenda(0, n, g.sigs, g.depths, g.args, g.heavy_of_sig, g.uses)
+    assert plan(list(g.uses)) is first
+    used_later = list(g.uses)
+    used_later[n - 1] += 1            # the esum feeds a node beyond the forward: no sink, no late levels
+    other = plan(used_later)
+    assert other == scheduler._agenda(0, n, g.sigs, g.depths, g.args, g.heavy_of_sig, used_later)
+    assert other != first
+    _valid(first, g)
+    _valid(other, g)
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs)
 def test_dynet_rule_gives_the_same_values_and_gradients(prog):
