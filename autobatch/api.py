@@ -207,9 +207,16 @@ def constant(dim, val: float, batch_size: int = 1) -> Expression:
     return _graph().add(OPS["constant"], (), (_dim(dim), float(val)))
 
 
-def parameter(p: Parameter, update: bool = True) -> Expression:
+def parameter(p: Parameter, *more, update: bool = True) -> Expression:
     """The expression of parameter p in the current graph (optional in autobatch). A lookup
-    table of shape (V, d) reads as DyNet's whole-table expression: (d, V), a row per column."""
+    table of shape (V, d) reads as DyNet's whole-table expression: (d, V), a row per column.
+    Several parameters give a tuple of their expressions, as DyNet's ``W, b = dy.parameter(pW,
+    pb)``; a second argument True or False is DyNet 2.0's ``update``."""
+    if more:
+        if len(more) == 1 and type(more[0]) is bool:
+            update = more[0]
+        else:
+            return tuple([parameter(q, update=update) for q in (p, *more)])
     g = _S.graph
     if update is True and type(p) is Parameter and type(g) is ComputationGraph:
         # DyNet's benchmark programs call it for every parameter at every tree node: one
@@ -222,8 +229,11 @@ def parameter(p: Parameter, update: bool = True) -> Expression:
     return transpose(e) if _table(p) else e
 
 
-def const_parameter(p: Parameter) -> Expression:
-    """Parameter p as an expression that receives no gradient."""
+def const_parameter(p: Parameter, *more) -> Expression:
+    """Parameter p as an expression that receives no gradient; several parameters give a
+    list of them, as DyNet's."""
+    if more:
+        return [parameter(q, update=False) for q in (p, *more)]
     return parameter(p, update=False)
 
 

@@ -26,7 +26,7 @@ __all__ = ["sum_dim", "mean_dim", "moment_dim", "std_dim", "min_dim", "moment_el
 
 def _fail(name: str, msg: str, x=None):
     """GraphError naming the function, the input's shape and the user's line."""
-    shape = f", input shape {_shape(x)}" if isinstance(x, (Expression, Parameter)) else ""
+    shape = f", input shape {_shape(x)}" if type(x) is Expression or isinstance(x, Parameter) else ""
     raise GraphError(f"{name}: {msg} [op {name}{shape}, at {user_line()}]")
 
 

@@ -24,13 +24,33 @@ from .errors import GraphError, GraphIndexError, user_line
 from .graph import Expression
 
 
-class BatchedExpression:
-    """B >= 2 Expressions of one shape, one per batch element (DyNet dim: (shape, B))."""
+class BatchedExpression(Expression):
+    """B >= 2 Expressions of one shape, one per batch element (DyNet dim: (shape, B)). An
+    Expression to isinstance, as DyNet's minibatched expressions are (programs test it to
+    tell expressions from arrays), but never one to the engine: its inline paths test the
+    exact type, and every method that reads a node is overridden here."""
 
     __slots__ = ("xs",)
 
     def __init__(self, xs):
         self.xs = xs
+
+    def _check(self):
+        for x in self.xs:
+            x._check()
+
+    def incremental_forward(self) -> None:
+        self.forward()
+
+    def set(self, *args, **kw):
+        raise GraphError(f"set() of a batch of {len(self.xs)} elements: set each element's input "
+                         f"before batching them [at {user_line()}]")
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
 
     def dim(self):
         """(shape of one element, batch size), as DyNet's."""

@@ -350,3 +350,40 @@ def test_tensor_value_answers_as_numpy():
     dy.renew_cg()
     t = dy.inputVector([1.0, 2.0]).tensor_value()
     assert type(t.as_numpy()) is np.ndarray and t.as_numpy().tolist() == [1.0, 2.0] and t.tolist() == [1.0, 2.0]
+
+
+def test_parameter_of_several_parameters_gives_one_expression_each():
+    """DyNet's ``W, b = dy.parameter(pW, pb)`` (a tuple) and ``dy.const_parameter(pW, pb)`` (a
+    list); a second argument True/False is still DyNet 2.0's update flag."""
+    pc = dy.ParameterCollection()
+    pW = pc.add_parameters((2, 3), init=np.arange(6.0).reshape(2, 3))
+    pb = pc.add_parameters(2, init=np.array([1.0, -1.0]))
+    dy.renew_cg()
+    W, b = dy.parameter(pW, pb)
+    assert W.dim() == ((2, 3), 1) and b.dim() == ((2,), 1)
+    cW, cb = dy.const_parameter(pW, pb)
+    x = dy.inputVector([1.0, 1.0, 1.0])
+    loss = dy.sum_elems(W * x + b) + dy.sum_elems(cW * x + cb)
+    assert loss.value() == pytest.approx(2 * (3 + 12))
+    loss.backward()
+    np.testing.assert_allclose(pW.grad_as_array(), np.ones((2, 3)))   # the const copy adds nothing
+    np.testing.assert_allclose(pb.grad_as_array(), np.ones(2))
+    before = pW.grad_as_array().copy()
+    dy.renew_cg()
+    frozen = dy.parameter(pW, False)
+    dy.sum_elems(frozen * dy.inputVector([1.0, 1.0, 1.0])).backward()
+    np.testing.assert_array_equal(pW.grad_as_array(), before)
+
+
+def test_a_minibatched_expression_is_an_expression():
+    """DyNet programs tell expressions from arrays with isinstance (examples/reinforcement-
+    learning's MLP: ``obs if isinstance(obs, dy.Expression) else dy.inputTensor(obs, ...)``)."""
+    dy.renew_cg()
+    x = dy.inputTensor(np.arange(12.0).reshape(3, 4), batched=True)
+    h = dy.tanh(dy.concatenate([x, x]))
+    assert isinstance(x, dy.Expression) and isinstance(h, dy.Expression)
+    assert h.dim() == ((6,), 4)
+    np.testing.assert_allclose(h.npvalue()[:3], np.tanh(np.arange(12.0).reshape(3, 4)), rtol=1e-6)
+    with pytest.raises(dy.GraphError, match="set"):
+        x.set([1.0, 2.0, 3.0])
+    assert dy.sum_batches(dy.sum_elems(h)).value() == pytest.approx(2 * np.tanh(np.arange(12.0)).sum(), rel=1e-6)
