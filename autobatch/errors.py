@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 _PKG = os.path.dirname(os.path.abspath(__file__))
 
@@ -69,6 +70,14 @@ def called() -> str | None:
     if name in _OPERATORS:
         return f"operator {_OPERATORS[name]}"
     return name if name and not name.startswith(("_", "<")) else None
+
+
+def warn_user(msg: str, category=UserWarning) -> None:
+    """warnings.warn attributed to the innermost frame outside the package (the user's line)."""
+    f, level = sys._getframe(1), 2      # stacklevel 2: warn_user's caller
+    while f is not None and _internal(f.f_code.co_filename):
+        f, level = f.f_back, level + 1
+    warnings.warn(msg, category, stacklevel=level)
 
 
 def user_line() -> str:

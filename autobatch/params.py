@@ -10,7 +10,7 @@ import os
 import numpy as np
 
 from . import runtime
-from .errors import user_line
+from .errors import user_line, warn_user
 from .textfile import check_name, file_order, read_saved, restore, write_text
 
 
@@ -86,6 +86,19 @@ class NumpyInitializer(PyInitializer):
             raise ValueError(f"initializer array has shape {self.array.shape}, parameter needs {tuple(shape)} [at "
                              f"{user_line()}]")
         return self.array
+
+
+def _array_shape(init, shape, what):
+    """The shape a parameter takes: an array given as init (not wrapped in an Initializer) sets
+    it, as in DyNet, whatever dim says (DyNet's treelstm example asks for len(w2i) rows with a
+    GloVe matrix of fewer, w2i holding aliases); a warning names both."""
+    if isinstance(init, (np.ndarray, list, tuple)) or (hasattr(init, "shape") and hasattr(init, "dtype")):
+        got = tuple(np.shape(init))
+        if got != shape and all(d >= 0 for d in got) and got:
+            warn_user(f"{what}: the init array has shape {got} where the parameter was asked to have "
+                      f"{shape}: the parameter takes the array's shape, as in DyNet")
+            return got
+    return shape
 
 
 def _square(shape, what: str) -> int:
@@ -184,8 +197,10 @@ def _as_shape(dim) -> tuple:
     if isinstance(dim, (int, np.integer)):
         dim = (dim,)
     shape = tuple(int(d) for d in dim)
-    if not shape or any(d <= 0 for d in shape):
-        raise ValueError(f"parameter shape must be positive integers, got {dim!r} [at {user_line()}]")
+    # a dimension of 0 is allowed, as in DyNet: programs make layers of size 0 that an option
+    # turns off and then never use (BIST's parsers with their default --hidden2 0)
+    if not shape or any(d < 0 for d in shape):
+        raise ValueError(f"parameter shape must be non-negative integers, got {dim!r} [at {user_line()}]")
     return shape
 
 
@@ -195,6 +210,8 @@ def _host_or_device(arr):
 
 
 def _initial(init, shape, is_lookup):
+    if 0 in shape and not isinstance(init, (np.ndarray, list, tuple)):
+        return np.zeros(shape)           # no values to draw (an initializer may divide by a 0 dim)
     if init is None:
         init = GlorotInitializer()
     elif isinstance(init, (int, float)):
@@ -532,7 +549,7 @@ class ParameterCollection:
         """A dense parameter of shape ``dim``; init: None (Glorot), a number, an array, an
         Initializer, or DyNet's names: 'uniform' (in ±scale), 'normal' (mean, std), 'identity',
         'glorot', 'he'. scale with any other init multiplies the initial values."""
-        shape = _as_shape(dim)
+        shape = _array_shape(init, _as_shape(dim), "add_parameters")
         if isinstance(init, str):
             init, scale = _named(init, shape, scale, mean, std, "add_parameters"), 1.0
         p = Parameter(shape, init, self._prefix + self._unique(name, self._taken), scale)
@@ -542,7 +559,7 @@ class ParameterCollection:
     def add_lookup_parameters(self, dim, init=None, name: str = "", device: str = "", scale: float = 1.0,
                               mean: float = 0.0, std: float = 1.0) -> LookupParameter:
         """A lookup table of shape ``(n_rows, *row_shape)``; init as add_parameters'."""
-        shape = _as_shape(dim)
+        shape = _array_shape(init, _as_shape(dim), "add_lookup_parameters")
         if len(shape) < 2:
             raise ValueError(f"add_lookup_parameters needs (n_rows, row_dim), got {dim!r} [at {user_line()}]")
         if isinstance(init, str):

@@ -125,7 +125,7 @@ def _parse_text(path: str, text: str, where: str) -> list:
             if not (dims.startswith("{") and dims.endswith("}")):
                 raise ValueError
             shape = tuple(int(d) for d in dims[1:-1].split(","))
-            if any(d <= 0 for d in shape) or (kind == "l" and len(shape) < 2):
+            if any(d < 0 for d in shape) or (kind == "l" and len(shape) < 2):
                 raise ValueError
         except ValueError:
             raise ValueError(f"{head}: bad dimensions {dims!r} for {name} [at {user_line()}]") from None

@@ -347,7 +347,6 @@ def test_non_finite_values_the_loss_does_not_use_leave_its_gradients_finite(m, s
 
 _SETUP = {
     "negative shape": (lambda pc, W: pc.add_parameters((-1, 3)), ValueError, "(-1, 3)"),
-    "init of another shape": (lambda pc, W: pc.add_parameters((3, 4), init=np.zeros((2, 2))), ValueError, "(2, 2)"),
     "set_value of another shape": (lambda pc, W: W.set_value(np.zeros((2, 2))), ValueError, "set_value"),
     "builder dimension": (lambda pc, W: dy.LSTMBuilder(1, -4, 3, pc), ValueError, "input_dim"),
     "builder dropout": (lambda pc, W: dy.LSTMBuilder(1, 4, 3, pc).set_dropout(3.0), ValueError, "set_dropout"),
@@ -363,6 +362,44 @@ def test_setup_errors_name_the_users_line(case):
     pc = dy.ParameterCollection()
     W = pc.add_parameters((3, 4))
     _expect(exc, lambda: make(pc, W), part, src=make)
+
+
+def test_init_of_another_shape_takes_the_arrays_shape_warning_at_the_users_line():
+    """As DyNet (its treelstm example asks for more rows than its GloVe matrix has)."""
+    pc = dy.ParameterCollection()
+    with pytest.warns(UserWarning, match=r"add_parameters.*\(2, 2\).*\(3, 4\)") as rec:
+        p = pc.add_parameters((3, 4), init=np.zeros((2, 2)))
+    assert p.shape() == (2, 2) and rec[0].filename == __file__
+    # an explicit NumpyInitializer of another shape stays an error (DyNet copies the wrong
+    # number of values into the requested shape)
+    with pytest.raises(ValueError, match="initializer array"):
+        pc.add_parameters((2, 2), init=dy.NumpyInitializer(np.zeros(3)))
+    with pytest.warns(UserWarning, match=r"\(4, 3\).*\(5, 3\)") as rec:
+        t = pc.add_lookup_parameters((5, 3), init=np.arange(12.0).reshape(4, 3))
+    assert t.shape() == (4, 3) and rec[0].filename == __file__
+    np.testing.assert_array_equal(t.as_array()[3], [9.0, 10.0, 11.0])
+
+
+def test_parameters_of_a_zero_dimension_exist_and_train_alongside(tmp_path):
+    """DyNet makes them (BIST's parsers create a second hidden layer of its default size 0 and
+    never use it); they hold nothing, count nothing and pass through updates and saving."""
+    pc = dy.ParameterCollection()
+    W, b = pc.add_parameters((0, 20)), pc.add_parameters(0)
+    v = pc.add_parameters(3, init=np.array([1.0, 2.0, 3.0]))
+    assert W.shape() == (0, 20) and b.shape() == (0,) and pc.parameter_count() == 3
+    tr = dy.AdamTrainer(pc)
+    dy.renew_cg()
+    dy.squared_norm(v + dy.inputVector([1.0, 1.0, 1.0])).backward()
+    tr.update()
+    assert v.as_array()[0] < 1.0
+    pc.save(str(tmp_path / "m"))
+    pc2 = dy.ParameterCollection()
+    W2, b2, v2 = pc2.add_parameters((0, 20)), pc2.add_parameters(0), pc2.add_parameters(3)
+    pc2.populate(str(tmp_path / "m"))
+    assert W2.shape() == (0, 20)
+    np.testing.assert_array_equal(v2.as_array(), v.as_array())
+    with pytest.raises(ValueError, match="non-negative"):
+        pc.add_parameters((2, -1))
 
 
 @pytest.mark.parametrize("call, names", [
