@@ -659,8 +659,10 @@ def _index_in(name, x, i, n) -> int:
                          f"vertex function, pull integer ids for it: a float input is pulled as values) "
                          f"[at {user_line()}]")
     if not isinstance(i, (numbers.Integral, np.integer)) or not 0 <= i < n:
-        shape = x.cg.shapes[x.i] if type(x) is Expression else x.shape()
-        what = "is not a whole number" if isinstance(i, (float, np.floating)) else "out of range"
+        shape = _shape(x)
+        what = "is not a whole number" if isinstance(i, (float, np.floating)) else \
+            "is a sequence, not an int (the _batch forms take one index per batch element)" \
+            if isinstance(i, (list, tuple, np.ndarray)) else "out of range"
         raise GraphError(f"{name}: index {i!r} {what} for an input of shape {shape} [at {user_line()}]")
     return int(i)
 
@@ -674,7 +676,7 @@ def _shape(x):
     if type(x) is Expression:
         return x.cg.shapes[x.i]
     if isinstance(x, Parameter):
-        return x.shape()
+        return x.shape()[::-1] if _table(x) else x.shape()      # a table as an operand: (d, V)
     if type(x) is minibatch.BatchedExpression:
         raise minibatch.BatchedOperand
     api = called()

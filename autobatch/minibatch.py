@@ -22,6 +22,7 @@ import numpy as np
 
 from .errors import GraphError, GraphIndexError, user_line
 from .graph import Expression
+from .params import Parameter
 
 
 class BatchedExpression(Expression):
@@ -214,7 +215,12 @@ def _ints(name, vs) -> list:
 
 
 def _elements(x) -> list:
-    return list(x.xs) if type(x) is BatchedExpression else [x]
+    if type(x) is BatchedExpression:
+        return list(x.xs)
+    if isinstance(x, Parameter):         # its expression (a table's is DyNet's (d, V))
+        from .api import parameter
+        return [parameter(x)]
+    return [x]
 
 
 def _per_index(name, f, x, vs, *rest):
@@ -269,6 +275,10 @@ def concatenate_to_batch(xs):
     els = [e for x in xs for e in _elements(x)]
     if not els:
         raise GraphError(f"concatenate_to_batch: needs at least one expression [at {user_line()}]")
+    for e in els:
+        if not isinstance(e, Expression):
+            raise GraphError(f"concatenate_to_batch: expected expressions, got a {type(e).__name__} "
+                             f"[at {user_line()}]")
     shapes = {e.dim()[0] for e in els}
     if len(shapes) > 1:
         raise GraphError(f"concatenate_to_batch: elements of shapes {sorted(shapes)}; a batch has one shape "

@@ -387,3 +387,32 @@ def test_a_minibatched_expression_is_an_expression():
     with pytest.raises(dy.GraphError, match="set"):
         x.set([1.0, 2.0, 3.0])
     assert dy.sum_batches(dy.sum_elems(h)).value() == pytest.approx(2 * np.tanh(np.arange(12.0)).sum(), rel=1e-6)
+
+
+def test_a_lookup_table_as_an_operand_is_its_whole_table_expression():
+    """DyNet reads a LookupParameters passed where an expression goes as (row_dim, n_rows):
+    indices, dims and errors follow that shape, as the value already did."""
+    pc = dy.ParameterCollection()
+    E = pc.lookup_parameters_from_numpy(np.arange(10.0).reshape(2, 5))     # 2 rows of 5
+    dy.renew_cg()
+    assert dy.pick(E, 3).npvalue().tolist() == [3.0, 8.0]
+    assert dy.pick_batch(E, [4, 3]).npvalue().tolist() == [[4.0, 3.0], [9.0, 8.0]]
+    assert dy.hinge_dim(E, [0, 1], 0).npvalue().tolist() == [14.0, 9.0]
+    e = dy.pick_batch_elem(E, 0)
+    assert e.dim() == ((5, 2), 1) and e.npvalue().shape == (5, 2)
+    with pytest.raises(dy.GraphError, match=r"index 2 out of range .*\(5, 2\)"):
+        dy.pick(E, 2, 1)
+
+
+def test_bad_operands_get_errors_that_name_them():
+    """Inputs that used to reach the engine's internals (a raw IndexError or AttributeError)."""
+    dy.renew_cg()
+    v = dy.inputVector([1.0, 2.0])
+    with pytest.raises(dy.GraphError, match=r"contract3d_1d: needs a rank-3 tensor.*\(2,\), \(2,\)"):
+        dy.contract3d_1d(v, v)
+    with pytest.raises(dy.GraphError, match="concatenate_to_batch: expected expressions, got a str"):
+        dy.concatenate_to_batch(["a"])
+    for f in (dy.pick, dy.pickneglogsoftmax):
+        with pytest.raises(dy.GraphError, match=r"index \[1, 2\] is a sequence, not an int"):
+            f(dy.inputVector([1.0, 2.0, 3.0]), [1, 2])
+    assert v.npvalue().tolist() == [1.0, 2.0]          # the graph is still usable

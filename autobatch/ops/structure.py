@@ -178,10 +178,10 @@ def _c3_shape(name, shapes, n_vec):
     x = shapes[0]
     vec = shapes[1:1 + n_vec]
     want = [(x[2],), (x[1],)][:n_vec] if len(x) == 3 else None
-    out = (x[0], x[1]) if n_vec == 1 else (x[0],)
     if want is None or list(vec) != want:
         raise ShapeError(f"{name}: needs a rank-3 tensor (i, j, k), y (k,)"
                          + (" and z (j,)" if n_vec == 2 else "") + f", got {list(shapes[:1 + n_vec])}")
+    out = (x[0], x[1]) if n_vec == 1 else (x[0],)
     if len(shapes) == 2 + n_vec and shapes[-1] != out:
         raise ShapeError(f"{name}: the bias must have the result's shape {out}, got {shapes[-1]}")
     return out
