@@ -117,6 +117,8 @@ def _seq(name: str, xs) -> list:
 def _numbers(name: str, v, dtype=None, copy: bool = False):
     """v as an array of dtype (default: the graph's); None, strings and ragged lists are
     refused (NumPy would make None a NaN, silently). copy: never v's own memory."""
+    if hasattr(v, "__next__"):              # a generator or iterator (DyNet takes those): its items
+        v = list(v)
     try:
         a = np.asarray(v)
     except ValueError:
@@ -912,6 +914,7 @@ def _getitem(x, k):
         return _slices(x, k)
     if isinstance(k, slice):
         n = _shape(x)[0]
+        _within(k, n, _shape(x))
         s, e, step = k.indices(n)
         if step != 1:                           # x[::2], x[::-1]: those rows, in that order
             rows = list(range(s, e, step))
@@ -926,6 +929,15 @@ def _getitem(x, k):
     return pick(x, k + n if k < 0 else k)   # x[-1] is the last element, as in DyNet
 
 
+def _within(k, n, s):
+    """A slice's ends lie within a dimension of n (negative ones counted from its end): DyNet
+    refuses x[1:10] of a 3-vector where Python would clip it to x[1:3]."""
+    for v in (k.start, k.stop):
+        if v is not None and not -n <= v <= n:
+            raise GraphIndexError(f"slice {k.start}:{k.stop} goes past the end of a dimension of {n} "
+                                  f"(input shape {s}) [at {user_line()}]")
+
+
 def _slices(x, k):
     """x[a:b, c:d:e, ...]: one slice per leading dimension, as DyNet's (no ints there, steps
     of 1 and up; every dimension stays). One more slice addresses the batch (a plain
@@ -934,6 +946,8 @@ def _slices(x, k):
     if len(k) > len(s):
         _batch_range(k, len(s), 1, s)
         k = k[:len(s)]
+    for c, n in zip(k, s):
+        _within(c, n, s)
     rng = [c.indices(n) for c, n in zip(k, s)]
     if any(step < 1 for _, _, step in rng):
         raise GraphIndexError(f"slice: steps must be positive, got {[c.step for c in k]} for an input of "

@@ -74,9 +74,11 @@ def _all_dims(x) -> tuple:
 
 
 # --- reductions along dimensions ------------------------------------------------------------
-def sum_dim(x: Expression, d: Sequence[int], b: bool = False) -> Expression:
+def sum_dim(x: Expression, d: Sequence[int], b: bool = False, n: int = 0) -> Expression:
     """Σ over the dimensions in d (a list, or one int); they are removed: a (m, n) matrix
-    gives (n,) for d=[0], (m,) for d=[1], (1,) for d=[0, 1]."""
+    gives (n,) for d=[0], (m,) for d=[1], (1,) for d=[0, 1]. n is accepted and ignored, as
+    in DyNet (mean_dim's divisor; a sum has none)."""
+    _int("sum_dim", "n", n, x)
     if _batched(b, x):
         return sum_batches(sum_dim(x, d) if _some(d) else x)
     return _op(OPS["sum_dim"], x, attr=_dims("sum_dim", d, x))

@@ -447,6 +447,13 @@ class LookupParameter(Parameter):
         return self.data.shape[0]
 
     def init_from_array(self, arr) -> None:
+        """The table's values from arr; an array of fewer rows sets the first rows only, as
+        DyNet's (which refuses more rows)."""
+        arr = _host_or_device(arr)
+        n = self.data.shape[0]
+        if arr.ndim == self.data.ndim and tuple(arr.shape[1:]) == tuple(self.data.shape[1:]) and arr.shape[0] < n:
+            self.data[:arr.shape[0]] = self.xp.asarray(arr, dtype=self.dtype)
+            return
         self.set_value(arr)
 
     def _row(self, i) -> int:
@@ -560,6 +567,8 @@ class ParameterCollection:
                               mean: float = 0.0, std: float = 1.0) -> LookupParameter:
         """A lookup table of shape ``(n_rows, *row_shape)``; init as add_parameters'."""
         shape = _array_shape(init, _as_shape(dim), "add_lookup_parameters")
+        if len(shape) == 1:             # DyNet: a table of n scalars is (n, 1)
+            shape = shape + (1,)
         if len(shape) < 2:
             raise ValueError(f"add_lookup_parameters needs (n_rows, row_dim), got {dim!r} [at {user_line()}]")
         if isinstance(init, str):

@@ -416,3 +416,19 @@ def test_bad_operands_get_errors_that_name_them():
         with pytest.raises(dy.GraphError, match=r"index \[1, 2\] is a sequence, not an int"):
             f(dy.inputVector([1.0, 2.0, 3.0]), [1, 2])
     assert v.npvalue().tolist() == [1.0, 2.0]          # the graph is still usable
+
+
+def test_set_up_calls_dynet_accepts():
+    """sum_dim's n (ignored, as DyNet's), an input vector from a generator, slices past the
+    end refused (DyNet: 'require 0 < to <= dim_size') rather than clipped."""
+    dy.renew_cg()
+    x = dy.inputTensor(np.arange(6.0).reshape(2, 3))
+    assert dy.sum_dim(x, [0], False, 0).npvalue().tolist() == [3.0, 5.0, 7.0]
+    assert dy.sum_dim(x, [1], b=False, n=2).npvalue().tolist() == [3.0, 12.0]
+    v = dy.inputVector(float(k) for k in range(3))
+    assert v.npvalue().tolist() == [0.0, 1.0, 2.0]
+    assert v[1:3].npvalue().tolist() == [1.0, 2.0] and v[-2:].npvalue().tolist() == [1.0, 2.0]
+    with pytest.raises(IndexError, match="past the end"):
+        v[1:10]
+    with pytest.raises(IndexError, match="past the end"):
+        x[0:1, 0:4]

@@ -36,8 +36,7 @@ def test_bad_shapes_rejected():
     for bad in [-2, (3, -1), ()]:        # a 0 is allowed, as in DyNet (test_errors.py)
         with pytest.raises(ValueError):
             m.add_parameters(bad)
-    with pytest.raises(ValueError, match="n_rows"):
-        m.add_lookup_parameters(5)
+    assert m.add_lookup_parameters(5).shape() == (5, 1)     # DyNet's table of scalars
 
 
 def test_initializers(f64):
@@ -113,7 +112,12 @@ def test_lookup_parameter_api(backend, f64):
     with pytest.raises(dy.GraphError, match="out of range"):
         E[4]
     with pytest.raises(ValueError):
-        E.init_from_array(np.zeros((3, 2)))
+        E.init_from_array(np.zeros((5, 2)))           # more rows than the table
+    with pytest.raises(ValueError):
+        E.init_from_array(np.zeros((3, 3)))
+    E.init_from_array(np.zeros((3, 2)))               # fewer: the first rows, as DyNet
+    np.testing.assert_array_equal(E.as_array(), np.r_[np.zeros((3, 2)), table[3:]])
+    E.init_from_array(table)
     E.init_row(1, [9, 9])
     np.testing.assert_array_equal(E.row_as_array(1), [9, 9])
     np.testing.assert_array_equal(E.rows_as_array([0, 1]), [[0, 1], [9, 9]])
