@@ -239,7 +239,7 @@ def const_parameter(p: Parameter, *more) -> Expression:
     return parameter(p, update=False)
 
 
-def lookup(p: LookupParameter, index: int, update: bool = True) -> Expression:
+def lookup(p: LookupParameter, index: int = 0, update: bool = True) -> Expression:
     """Row ``index`` of table p, shape p.shape()[1:]."""
     g = _S.graph or cg()
     if type(index) in _NP_INTS:          # ids from a NumPy array
@@ -260,7 +260,7 @@ def lookup(p: LookupParameter, index: int, update: bool = True) -> Expression:
     return g.add1(_LOOKUP, g.pid(p, update), index, True)
 
 
-lookup = fastpath.fast(lookup, _LOOKUP, "p, index, update=True", """
+lookup = fastpath.fast(lookup, _LOOKUP, "p, index=0, update=True", """
 if type(index) is int and type(p) is _LP and update is True and g is not None:
     COLS
     r = flk.get(p)            # (out, size, sig, diff, p's node, rows)
@@ -726,7 +726,7 @@ def hinge(x, index: int, m: float = 1.0) -> Expression:
     return _op(OPS["hinge"], x, attr=float(m), data=_index_in("hinge", x, index, s[0]))
 
 
-def pick(x, index: int, dim: int = 0) -> Expression:
+def pick(x, index: int = 0, dim: int = 0) -> Expression:
     """Element (vector) or slice (matrix) ``index`` along dimension ``dim``."""
     s = _shape(x)
     if not 0 <= dim < len(s):
@@ -744,7 +744,7 @@ def _unary(op, x, attr=None, data=None) -> Expression:
 
 # the inline paths of the unary ops with an attr and of the ones whose calls take more than x:
 # the entry (ComputationGraph.add_unary) holds x's shape and the attr the checks passed with
-pick = fastpath.fast(pick, _PICK, "x, index, dim=0", """
+pick = fastpath.fast(pick, _PICK, "x, index=0, dim=0", """
 if type(index) is int and type(x) is _E and x.cg is g and dim == 0 and type(dim) is int:
     COLS
     a = x.i

@@ -432,3 +432,11 @@ def test_set_up_calls_dynet_accepts():
         v[1:10]
     with pytest.raises(IndexError, match="past the end"):
         x[0:1, 0:4]
+
+
+def test_pick_and_lookup_default_to_index_0():
+    pc = dy.ParameterCollection()
+    E = pc.add_lookup_parameters((3, 2), init=np.arange(6.0).reshape(3, 2))
+    dy.renew_cg()
+    assert dy.lookup(E).npvalue().tolist() == [0.0, 1.0]
+    assert dy.pick(dy.inputVector([5.0, 6.0])).value() == 5.0
