@@ -8,9 +8,11 @@ basename.data holds the objects' parameters, in that order, in DyNet's text form
 DyNet's are read as ours, so the files go both ways. Files of older autobatch versions (JSON
 .meta, .npz .data) are still read.
 
-.meta is read with an unpickler that only hands out classes with ``from_spec`` (and autobatch's
-own) and autobatch's expression functions (a spec's activation): a file cannot make load()
-call anything else."""
+.meta is read with an unpickler that hands out only classes, never other callables: autobatch's
+own and its expression functions (a spec's activation), classes with ``from_spec``, the plain
+builtin containers, NumPy's arrays, and the classes of modules outside the standard library (a
+spec's vocabulary object, as DyNet's programs save them: DyNet pickles specs whole). A file
+cannot name os.system, eval or subprocess.Popen: DyNet's own load would call them."""
 from __future__ import annotations
 
 import importlib
@@ -18,6 +20,7 @@ import io
 import json
 import os
 import pickle
+import sys
 import types
 
 import numpy as np
@@ -33,24 +36,25 @@ _OLD_FORMAT = "autobatch-objects"
 # --- specs --------------------------------------------------------------------------------
 def _spec_out(v, where: str):
     """The spec as it is pickled: NumPy scalars as Python numbers (DyNet's unpickler needs no
-    NumPy). Specs may hold numbers, strings, lists, tuples, dicts, classes and DyNet's functions
-    (an activation, dy.tanh: written as DyNet's, _dynet.tanh, which both libraries read back);
-    anything else could not be read back safely."""
+    NumPy); DyNet's functions (an activation, dy.tanh) are written as DyNet's (_dynet.tanh),
+    which both libraries read back. Other objects are pickled as they are, as DyNet does (a
+    parser's vocabulary); only functions that are not DyNet's are refused: load() could not
+    read them back."""
     if v is None or isinstance(v, (bool, int, float, str)) or isinstance(v, type):
-        return v
-    if callable(v) and _dynet_name(v) is not None:
         return v
     if isinstance(v, (np.integer, np.floating)):
         return v.item()
     if isinstance(v, (list, tuple)):
         items = [_spec_out(x, where) for x in v]
         return type(v)(items) if type(v) in (list, tuple) else v
-    if isinstance(v, dict) and all(isinstance(k, str) for k in v):
+    if isinstance(v, dict):
         items = {k: _spec_out(x, where) for k, x in v.items()}
         return items if type(v) is dict else v
-    raise TypeError(f"save: {where}: its spec holds a {type(v).__name__}, which cannot be saved "
-                    f"(specs may hold numbers, strings, lists, tuples, dicts, classes and DyNet's functions) "
-                    f"[at {user_line()}]")
+    if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, types.MethodType)) and _dynet_name(v) is None:
+        raise TypeError(f"save: {where}: its spec holds the function {getattr(v, '__qualname__', v)!r}, which "
+                        f"load() would not call back (only DyNet's expression functions can be saved) "
+                        f"[at {user_line()}]")
+    return v
 
 
 def _dynet_name(cls):
@@ -87,6 +91,18 @@ def _dumps(record) -> bytes:
     return f.getvalue()
 
 
+# what a spec's plain data needs besides classes of user modules: builtin containers, NumPy's
+# arrays and scalars (by their reconstructors), pickle's helper for old protocols
+_SAFE = {(m, n) for m in ("builtins", "__builtin__")     # (protocol 2 writes Python 2's module name)
+         for n in ("set", "frozenset", "list", "dict", "tuple", "int", "float", "str", "bytes",
+                   "bytearray", "complex", "bool", "object", "slice", "range")}
+_SAFE |= {("collections", n) for n in ("OrderedDict", "defaultdict", "Counter", "deque")}
+_SAFE |= {(m, n) for m in ("numpy.core.multiarray", "numpy._core.multiarray") for n in ("_reconstruct", "scalar")}
+_SAFE |= {("numpy", "ndarray"), ("numpy", "dtype"), ("copyreg", "_reconstructor"), ("copy_reg", "_reconstructor"),
+          ("_codecs", "encode")}      # (protocol 2 writes bytes as codecs.encode(str, "latin1"))
+_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"builtins", "__builtin__"}
+
+
 class _Unpickler(pickle.Unpickler):
     def find_class(self, module, name):
         if module == "_dynet":
@@ -96,9 +112,13 @@ class _Unpickler(pickle.Unpickler):
             if not (isinstance(cls, type) or callable(cls) and _dynet_name(cls) == name):
                 raise pickle.UnpicklingError(f"DyNet's {name} has no counterpart in autobatch")
             return cls
-        cls = _class(f"{module}:{name}")
-        if not (cls.__module__.startswith("autobatch") or hasattr(cls, "from_spec")):
-            raise pickle.UnpicklingError(f"{module}.{name} named in the file is not a class with from_spec")
+        if (module, name) in _SAFE:
+            return super().find_class(module, name)
+        if module.split(".")[0] in _STDLIB:
+            raise pickle.UnpicklingError(f"{module}.{name} named in the file is not a class a spec may hold")
+        cls = _class(f"{module}:{name}")      # a class (never a function) of a module outside the stdlib
+        if module.split(".")[0] == "numpy" and not hasattr(cls, "from_spec"):
+            raise pickle.UnpicklingError(f"{module}.{name} named in the file is not a class a spec may hold")
         return cls
 
 
@@ -150,7 +170,10 @@ def save(basename: str, objects) -> None:
         entries += [(p, p.name()) for p in dense + lookups]
     for _, name in entries:          # before writing anything
         check_name(name, "save")
-    meta = b"".join(_dumps(r) for r in records)
+    try:
+        meta = b"".join(_dumps(r) for r in records)
+    except (pickle.PicklingError, TypeError, AttributeError) as e:
+        raise TypeError(f"save: a spec holds something that cannot be pickled ({e}) [at {user_line()}]") from None
     write_text(basename + ".data", entries, append=False)
     with open(basename + ".meta", "wb") as f:
         f.write(meta)

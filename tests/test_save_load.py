@@ -1,8 +1,10 @@
 """Model saving: dy.save / dy.load of parameters, lookup parameters, builders and user
 objects (params.save / params.load), and ParameterCollection.save / populate(key) /
 load_param / load_lookup_param with DyNet's key semantics."""
+import collections
 import json
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -144,13 +146,50 @@ def test_a_spec_may_hold_dynets_functions(tmp_path):
     assert d2.act is dy.tanh
     np.testing.assert_array_equal(d2.W.as_array(), d.W.as_array())
     for bad in (dy.save, lambda x: x):
-        with pytest.raises(TypeError, match="spec holds a function"):
+        with pytest.raises(TypeError, match="spec holds the function"):
             save(str(tmp_path / "g"), [Dense(pc, 3, bad)])
     data = (tmp_path / "f.data").read_text()
     pc2 = dy.ParameterCollection()
     for name in (b"save", b"load"):          # a file may name expression functions only
         with pytest.raises(ValueError, match="has no counterpart"):
             load(_files(tmp_path, "io", b"\x80\x02c_dynet\n" + name + b"\n.", data), pc2)
+
+
+class Vocab:
+    """A user object in a spec, as DyNet programs keep their vocabularies (minimal-span-parser)."""
+
+    def __init__(self, words):
+        self.words = list(words)
+        self.index = {w: k for k, w in enumerate(words)}
+
+
+class VocabTagger:
+    def __init__(self, model, extra):
+        self.pc = model.add_subcollection("vocab-tagger")
+        self.E = self.pc.add_lookup_parameters((len(extra["vocab"].words), 2))
+        self.spec = extra
+
+    def param_collection(self):
+        return self.pc
+
+    @staticmethod
+    def from_spec(spec, model):
+        return VocabTagger(model, spec)
+
+
+def test_a_spec_may_hold_plain_python_objects(tmp_path):
+    """DyNet pickles specs whole: a vocabulary object, sets, ordered dicts and NumPy arrays in
+    a spec come back from load() (classes of the program's own modules; never functions)."""
+    extra = {"vocab": Vocab(["a", "b", "c"]), "tags": {"N", "V"}, "order": collections.OrderedDict(x=1),
+             "table": np.arange(4.0).reshape(2, 2)}
+    t = VocabTagger(dy.ParameterCollection(), extra)
+    save(str(tmp_path / "v"), [t])
+    (t2,) = load(str(tmp_path / "v"), dy.ParameterCollection())
+    got = t2.spec
+    assert type(got["vocab"]) is Vocab and got["vocab"].index == {"a": 0, "b": 1, "c": 2}
+    assert got["tags"] == {"N", "V"} and got["order"] == collections.OrderedDict(x=1)
+    np.testing.assert_array_equal(got["table"], np.arange(4.0).reshape(2, 2))
+    np.testing.assert_array_equal(t2.E.as_array(), t.E.as_array())
 
 
 def test_save_errors(tmp_path):
@@ -162,8 +201,8 @@ def test_save_errors(tmp_path):
     with pytest.raises(TypeError, match="no spec"):
         save(str(tmp_path / "x"), [own])
     t = Tagger(pc, 2, 2)
-    t.spec = (2, 2, object())
-    with pytest.raises(TypeError, match="spec holds a object"):
+    t.spec = (2, 2, threading.Lock())
+    with pytest.raises(TypeError, match="cannot be pickled"):
         save(str(tmp_path / "x"), [t])
 
 
@@ -198,9 +237,13 @@ def test_load_errors_leave_the_model_unchanged(tmp_path):
     fails(_files(tmp_path, "short", (tmp_path / "m.meta").read_bytes(), w_only), ValueError,
           "needs 3 parameters named /vanilla-lstm-builder/")
     fails(_files(tmp_path, "junk", b"\x80\x04\x95 not a pickle", data), ValueError, "not a model's index")
-    # the unpickler hands out classes with from_spec only: a file cannot make load() run anything else
+    # the unpickler hands out classes only, none of the standard library's but the plain containers:
+    # a file cannot make load() run anything else
     fails(_files(tmp_path, "popen", b"\x80\x02csubprocess\nPopen\n(X\x04\x00\x00\x00trueR.", data),
-          ValueError, "subprocess.Popen .*not a class with from_spec")
+          ValueError, "subprocess.Popen .*not a class a spec may hold")
+    fails(_files(tmp_path, "system", b"\x80\x02cos\nsystem\n(X\x04\x00\x00\x00trueR.", data),
+          ValueError, "os.system .*not a class a spec may hold")
+    fails(_files(tmp_path, "func", b"\x80\x02ctest_save_load\n_files\n.", data), ValueError, "is not a class")
     fails(_files(tmp_path, "nowhere", b"\x80\x02cautobatch.nowhere\nThing\n.", data), ValueError, "cannot be found")
     fails(_files(tmp_path, "nodynet", b"\x80\x02c_dynet\nNoSuchBuilder\n.", data), ValueError,
           "NoSuchBuilder has no counterpart")
