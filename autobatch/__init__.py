@@ -5,8 +5,6 @@ instance with DyNet's functions, and forward/backward group equal-signature node
 of all instances into batched NumPy (or CuPy) kernels."""
 from __future__ import annotations
 
-import os as _os
-
 from . import runtime
 from .api import (abs, affine_transform, average, binary_log_loss, bmax, cdiv, cmult,  # noqa: F401
                   concatenate, concatenate_cols, const_lookup, const_parameter, constant, constrained_softmax,
@@ -59,7 +57,7 @@ __version__ = "0.1.0"
 
 # DyNet flushes denormal floats to zero at import, and a training loop slows down many times
 # where they appear (denormals.py); AUTOBATCH_FLUSH_DENORMAL=0 keeps them
-if _os.environ.get("AUTOBATCH_FLUSH_DENORMAL", "1").strip().lower() not in ("0", "false", "no"):
+if runtime.state().flush_denormal:
     set_flush_denormal(True)
 
 

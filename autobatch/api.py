@@ -117,8 +117,8 @@ def _seq(name: str, xs) -> list:
 def _numbers(name: str, v, dtype=None, copy: bool = False):
     """v as an array of dtype (default: the graph's); None, strings and ragged lists are
     refused (NumPy would make None a NaN, silently). copy: never v's own memory."""
-    if hasattr(v, "__next__"):              # a generator or iterator (DyNet takes those): its items
-        v = list(v)
+    if not isinstance(v, (list, tuple, str, bytes)) and not hasattr(v, "shape") and hasattr(v, "__iter__"):
+        v = list(v)                         # a generator, a dict's values: their items (DyNet takes those)
     try:
         a = np.asarray(v)
     except ValueError:
@@ -209,7 +209,7 @@ def constant(dim, val: float, batch_size: int = 1) -> Expression:
     return _graph().add(OPS["constant"], (), (_dim(dim), float(val)))
 
 
-def parameter(p: Parameter, *more, update: bool = True) -> Expression:
+def parameter(p: Parameter, *more, update: bool = True) -> "Expression | tuple":
     """The expression of parameter p in the current graph (optional in autobatch). A lookup
     table of shape (V, d) reads as DyNet's whole-table expression: (d, V), a row per column.
     Several parameters give a tuple of their expressions, as DyNet's ``W, b = dy.parameter(pW,
@@ -231,7 +231,7 @@ def parameter(p: Parameter, *more, update: bool = True) -> Expression:
     return transpose(e) if _table(p) else e
 
 
-def const_parameter(p: Parameter, *more) -> Expression:
+def const_parameter(p: Parameter, *more) -> "Expression | list":
     """Parameter p as an expression that receives no gradient; several parameters give a
     list of them, as DyNet's."""
     if more:
@@ -670,7 +670,10 @@ def _index_in(name, x, i, n) -> int:
 
 
 def _whole(i):
-    """A whole float (an id read with np.loadtxt, 2.0) as the int DyNet makes of it."""
+    """A whole float (an id read with np.loadtxt, 2.0) as the int DyNet makes of it; a 0-d
+    array as its number."""
+    if type(i) is np.ndarray and i.ndim == 0:
+        i = i.item()
     return int(i) if isinstance(i, (float, np.floating)) and float(i).is_integer() else i
 
 

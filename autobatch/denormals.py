@@ -8,10 +8,11 @@ stops getting gradients shrinks by beta_1 = 0.9 at each dense update and is deno
 updates later, so DyNet's own bag-of-words program spent 144 us per sentence in the update
 here, against 57 with the modes on (the whole step: 334 -> 248 us).
 
-NumPy has no switch for them, so this module puts two small functions in an executable page
-and calls them through ctypes: one reads the SSE control register (MXCSR), one writes it. The
-mode belongs to the calling thread. Elsewhere than x86-64 with the System V calling convention
-(Linux, macOS), or where the system refuses executable memory, nothing changes and
+NumPy has no switch for them, so this module puts two small functions in a page of memory,
+makes it executable (and read-only), and calls them through ctypes: one reads the SSE control
+register (MXCSR), one writes it. The mode belongs to the calling thread (threads started later
+inherit it). Elsewhere than x86-64 with the System V calling convention (Linux, macOS,
+FreeBSD), or where the system refuses executable memory, nothing changes and
 set_flush_denormal says so by returning False.
 """
 from __future__ import annotations
@@ -36,18 +37,28 @@ def _register():
     global _fns
     if _fns is None:
         _fns = False
-        if platform.machine().lower() in ("x86_64", "amd64") and sys.platform != "win32":
-            try:
-                page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
-            except (OSError, ValueError, AttributeError):     # W^X systems refuse such a page
-                page = None
-            if page is not None:
-                page.write(_READ.ljust(16, b"\xcc") + _WRITE)
-                base = ctypes.addressof(ctypes.c_char.from_buffer(page))
-                read = ctypes.CFUNCTYPE(ctypes.c_uint32)(base)
-                write = ctypes.CFUNCTYPE(None, ctypes.c_uint32)(base + 16)
-                _fns = (read, write, page)
+        # System V only: Windows, and Cygwin/MSYS on it, pass the first argument in ecx
+        if platform.machine().lower() in ("x86_64", "amd64") and sys.platform.startswith(("linux", "darwin", "freebsd")):
+            _fns = _make() or False
     return _fns or None
+
+
+def _make():
+    """The two functions in a page written, then made read+execute (never writable and
+    executable at once); None where the system refuses either step."""
+    try:
+        page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        page.write(_READ.ljust(16, b"\xcc") + _WRITE)
+        base = ctypes.addressof(ctypes.c_char.from_buffer(page))
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        if libc.mprotect(base, mmap.PAGESIZE, mmap.PROT_READ | mmap.PROT_EXEC) != 0:
+            return None
+    except (OSError, ValueError, AttributeError):
+        return None
+    read = ctypes.CFUNCTYPE(ctypes.c_uint32)(base)
+    write = ctypes.CFUNCTYPE(None, ctypes.c_uint32)(base + 16)
+    return read, write, page
 
 
 def set_flush_denormal(on: bool = True) -> bool:

@@ -29,7 +29,8 @@ class BatchedExpression(Expression):
     """B >= 2 Expressions of one shape, one per batch element (DyNet dim: (shape, B)). An
     Expression to isinstance, as DyNet's minibatched expressions are (programs test it to
     tell expressions from arrays), but never one to the engine: its inline paths test the
-    exact type, and every method that reads a node is overridden here."""
+    exact type, and every method that reads a node is overridden here (the inherited ones,
+    incremental_forward and copying, call only these)."""
 
     __slots__ = ("xs",)
 
@@ -40,18 +41,9 @@ class BatchedExpression(Expression):
         for x in self.xs:
             x._check()
 
-    def incremental_forward(self) -> None:
-        self.forward()
-
     def set(self, *args, **kw):
         raise GraphError(f"set() of a batch of {len(self.xs)} elements: set each element's input "
                          f"before batching them [at {user_line()}]")
-
-    def __copy__(self):
-        return self
-
-    def __deepcopy__(self, memo):
-        return self
 
     def dim(self):
         """(shape of one element, batch size), as DyNet's."""

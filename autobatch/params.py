@@ -92,8 +92,8 @@ def _array_shape(init, shape, what):
     """The shape a parameter takes: an array given as init (not wrapped in an Initializer) sets
     it, as in DyNet, whatever dim says (DyNet's treelstm example asks for len(w2i) rows with a
     GloVe matrix of fewer, w2i holding aliases); a warning names both."""
-    if isinstance(init, (np.ndarray, list, tuple)) or (hasattr(init, "shape") and hasattr(init, "dtype")):
-        got = tuple(np.shape(init))
+    if hasattr(init, "shape") and hasattr(init, "dtype"):     # NumPy or CuPy (DyNet refuses lists)
+        got = tuple(init.shape)
         if got != shape and all(d >= 0 for d in got) and got:
             warn_user(f"{what}: the init array has shape {got} where the parameter was asked to have "
                       f"{shape}: the parameter takes the array's shape, as in DyNet")
@@ -210,7 +210,7 @@ def _host_or_device(arr):
 
 
 def _initial(init, shape, is_lookup):
-    if 0 in shape and not isinstance(init, (np.ndarray, list, tuple)):
+    if 0 in shape and not (hasattr(init, "shape") or isinstance(init, (list, tuple))):
         return np.zeros(shape)           # no values to draw (an initializer may divide by a 0 dim)
     if init is None:
         init = GlorotInitializer()
@@ -569,6 +569,8 @@ class ParameterCollection:
         shape = _array_shape(init, _as_shape(dim), "add_lookup_parameters")
         if len(shape) == 1:             # DyNet: a table of n scalars is (n, 1)
             shape = shape + (1,)
+            if hasattr(init, "shape") and tuple(init.shape) == shape[:1]:
+                init = init.reshape(shape)
         if len(shape) < 2:
             raise ValueError(f"add_lookup_parameters needs (n_rows, row_dim), got {dim!r} [at {user_line()}]")
         if isinstance(init, str):

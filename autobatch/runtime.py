@@ -47,6 +47,11 @@ def parse_strategy(s) -> Strategy:
                      f"a Strategy, DyNet's 0/1/2/3/100+ or a bool [at {user_line()}]")
 
 
+def _on(var: str) -> bool:
+    """A switch that is on unless the environment variable says 0, false or no."""
+    return os.environ.get(var, "1").strip().lower() not in ("0", "false", "no")
+
+
 def _argv_flag(name):
     argv = sys.argv
     for k, a in enumerate(argv):
@@ -80,7 +85,8 @@ class _State:
         # record each node's creation line (for error messages); off by default: it
         # costs ~0.2-0.4 us per node, more than building the node itself
         self.debug = os.environ.get("AUTOBATCH_DEBUG", "").strip().lower() not in ("", "0", "false", "no")
-        self.fuse = os.environ.get("AUTOBATCH_FUSE", "1").strip().lower() not in ("0", "false", "no")
+        self.fuse = _on("AUTOBATCH_FUSE")
+        self.flush_denormal = _on("AUTOBATCH_FLUSH_DENORMAL")     # taken at import (denormals.py)
         self.graph = None
         self._backend = None
         self.backend_name = os.environ.get("AUTOBATCH_BACKEND", "numpy")

@@ -8,11 +8,11 @@ basename.data holds the objects' parameters, in that order, in DyNet's text form
 DyNet's are read as ours, so the files go both ways. Files of older autobatch versions (JSON
 .meta, .npz .data) are still read.
 
-.meta is read with an unpickler that hands out only classes, never other callables: autobatch's
-own and its expression functions (a spec's activation), classes with ``from_spec``, the plain
-builtin containers, NumPy's arrays, and the classes of modules outside the standard library (a
-spec's vocabulary object, as DyNet's programs save them: DyNet pickles specs whole). A file
-cannot name os.system, eval or subprocess.Popen: DyNet's own load would call them."""
+.meta is read with an unpickler that only hands out classes with ``from_spec`` (and autobatch's
+own) and autobatch's expression functions (a spec's activation): a file cannot make load()
+call anything else. A spec may hold other objects (a parser's vocabulary): DyNet pickles specs
+whole, and so does save(); such a file loads with ``load(..., trusted=True)``, which unpickles
+it as DyNet's load does -- which runs whatever the file names, so only for files you trust."""
 from __future__ import annotations
 
 import importlib
@@ -20,7 +20,6 @@ import io
 import json
 import os
 import pickle
-import sys
 import types
 
 import numpy as np
@@ -38,8 +37,8 @@ def _spec_out(v, where: str):
     """The spec as it is pickled: NumPy scalars as Python numbers (DyNet's unpickler needs no
     NumPy); DyNet's functions (an activation, dy.tanh) are written as DyNet's (_dynet.tanh),
     which both libraries read back. Other objects are pickled as they are, as DyNet does (a
-    parser's vocabulary); only functions that are not DyNet's are refused: load() could not
-    read them back."""
+    parser's vocabulary; load() reads them back with trusted=True); functions that are not
+    DyNet's are refused."""
     if v is None or isinstance(v, (bool, int, float, str)) or isinstance(v, type):
         return v
     if isinstance(v, (np.integer, np.floating)):
@@ -91,19 +90,18 @@ def _dumps(record) -> bytes:
     return f.getvalue()
 
 
-# what a spec's plain data needs besides classes of user modules: builtin containers, NumPy's
-# arrays and scalars (by their reconstructors), pickle's helper for old protocols
-_SAFE = {(m, n) for m in ("builtins", "__builtin__")     # (protocol 2 writes Python 2's module name)
-         for n in ("set", "frozenset", "list", "dict", "tuple", "int", "float", "str", "bytes",
-                   "bytearray", "complex", "bool", "object", "slice", "range")}
-_SAFE |= {("collections", n) for n in ("OrderedDict", "defaultdict", "Counter", "deque")}
-_SAFE |= {(m, n) for m in ("numpy.core.multiarray", "numpy._core.multiarray") for n in ("_reconstruct", "scalar")}
-_SAFE |= {("numpy", "ndarray"), ("numpy", "dtype"), ("copyreg", "_reconstructor"), ("copy_reg", "_reconstructor"),
-          ("_codecs", "encode")}      # (protocol 2 writes bytes as codecs.encode(str, "latin1"))
-_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"builtins", "__builtin__"}
+class _Untrusted(pickle.UnpicklingError):
+    """A spec's object that the strict unpickler does not hand out (load's trusted=True would)."""
 
 
 class _Unpickler(pickle.Unpickler):
+    """Strict (the default): autobatch's classes and DyNet's, classes with from_spec and DyNet's
+    expression functions only. trusted: pickle's own (anything the file names)."""
+
+    def __init__(self, f, trusted=False):
+        super().__init__(f)
+        self.trusted = trusted
+
     def find_class(self, module, name):
         if module == "_dynet":
             import autobatch
@@ -112,13 +110,14 @@ class _Unpickler(pickle.Unpickler):
             if not (isinstance(cls, type) or callable(cls) and _dynet_name(cls) == name):
                 raise pickle.UnpicklingError(f"DyNet's {name} has no counterpart in autobatch")
             return cls
-        if (module, name) in _SAFE:
+        if self.trusted:
             return super().find_class(module, name)
-        if module.split(".")[0] in _STDLIB:
-            raise pickle.UnpicklingError(f"{module}.{name} named in the file is not a class a spec may hold")
-        cls = _class(f"{module}:{name}")      # a class (never a function) of a module outside the stdlib
-        if module.split(".")[0] == "numpy" and not hasattr(cls, "from_spec"):
-            raise pickle.UnpicklingError(f"{module}.{name} named in the file is not a class a spec may hold")
+        cls = _class(f"{module}:{name}")
+        if not (cls.__module__.startswith("autobatch") or hasattr(cls, "from_spec")):
+            raise _Untrusted(
+                f"{module}.{name} named in the file is not a class with from_spec: a spec holds it, and load() "
+                f"unpickles such objects only when told the file is trusted: load(path, model, trusted=True) "
+                f"reads it as DyNet's load does, running whatever the file names")
         return cls
 
 
@@ -180,7 +179,7 @@ def save(basename: str, objects) -> None:
 
 
 # --- load ------------------------------------------------------------------------------------
-def _read_records(basename: str) -> tuple:
+def _read_records(basename: str, trusted: bool = False) -> tuple:
     """(records, saved parameters, old format?) of a saved model."""
     for ext in (".meta", ".data"):
         if not os.path.exists(basename + ext):
@@ -192,7 +191,9 @@ def _read_records(basename: str) -> tuple:
     records, f = [], io.BytesIO(raw)
     while f.tell() < len(raw):
         try:
-            records.append(_Unpickler(f).load())
+            records.append(_Unpickler(f, trusted).load())
+        except _Untrusted as e:
+            raise ValueError(f"load: {basename}.meta, record {len(records)}: {e} [at {user_line()}]") from None
         except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError) as e:
             raise ValueError(f"load: {basename}.meta is not a model's index as dy.save writes it "
                              f"(record {len(records)}: {e}) [at {user_line()}]") from None
@@ -263,19 +264,20 @@ def _take(saved, k, n, kind, prefix, where):
     return got
 
 
-def load_generator(basename: str, model: ParameterCollection):
+def load_generator(basename: str, model: ParameterCollection, trusted: bool = False):
     """``load`` as a generator (DyNet's name). All objects are checked and created before
     the first is yielded, so that an error still leaves model as it was."""
-    yield from load(basename, model)
+    yield from load(basename, model, trusted)
 
 
-def load(basename: str, model: ParameterCollection) -> list:
+def load(basename: str, model: ParameterCollection, trusted: bool = False) -> list:
     """The objects ``save(basename, objects)`` (ours or DyNet's) wrote, re-created in model with
     their saved values, in the same order. Everything is checked before values are set; on an
-    error model is left as it was."""
+    error model is left as it was. trusted: the specs may hold any objects, unpickled as
+    DyNet's load does (which runs whatever the file names: only for files you trust)."""
     if not isinstance(model, ParameterCollection):
         raise TypeError(f"load: model must be a ParameterCollection, got {type(model).__name__} [at {user_line()}]")
-    records, saved, old = _read_records(basename)
+    records, saved, old = _read_records(basename, trusted)
     mark = model._mark()
     try:
         out, todo, k = [], [], 0

@@ -75,3 +75,11 @@ def test_adam_moments_of_an_unused_row_never_go_denormal(restore_mode):
         seen.append(float(np.abs(m).max()))
     assert seen[0] > 0 and seen[-1] == 0
     assert not any(0 < s < np.finfo(np.float32).tiny for s in seen)
+
+
+@pytest.mark.skipif(not SUPPORTED or not os.path.exists("/proc/self/maps"), reason="needs the mode and /proc")
+def test_no_page_is_left_writable_and_executable():
+    """The two functions' page is made read+execute once written (never both at once)."""
+    assert dy.flush_denormal() is not None
+    with open("/proc/self/maps") as f:
+        assert not [line for line in f if line.split()[1].startswith("rwx")]

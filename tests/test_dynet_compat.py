@@ -427,6 +427,8 @@ def test_set_up_calls_dynet_accepts():
     assert dy.sum_dim(x, [1], b=False, n=2).npvalue().tolist() == [3.0, 12.0]
     v = dy.inputVector(float(k) for k in range(3))
     assert v.npvalue().tolist() == [0.0, 1.0, 2.0]
+    assert dy.inputVector({"a": 1.0, "b": 2.0}.values()).npvalue().tolist() == [1.0, 2.0]
+    assert dy.pick(v, np.array(2)).value() == 2.0          # a 0-d array is its number
     assert v[1:3].npvalue().tolist() == [1.0, 2.0] and v[-2:].npvalue().tolist() == [1.0, 2.0]
     with pytest.raises(IndexError, match="past the end"):
         v[1:10]

@@ -370,10 +370,15 @@ def test_init_of_another_shape_takes_the_arrays_shape_warning_at_the_users_line(
     with pytest.warns(UserWarning, match=r"add_parameters.*\(2, 2\).*\(3, 4\)") as rec:
         p = pc.add_parameters((3, 4), init=np.zeros((2, 2)))
     assert p.shape() == (2, 2) and rec[0].filename == __file__
-    # an explicit NumpyInitializer of another shape stays an error (DyNet copies the wrong
-    # number of values into the requested shape)
+    # an explicit NumpyInitializer or a list of another shape stays an error (DyNet copies the
+    # wrong number of values into the requested shape; it refuses lists)
     with pytest.raises(ValueError, match="initializer array"):
         pc.add_parameters((2, 2), init=dy.NumpyInitializer(np.zeros(3)))
+    with pytest.raises(ValueError, match="initializer array"):
+        pc.add_parameters((2, 2), init=[1.0, 2.0, 3.0])
+    # a table of n scalars, as DyNet's add_lookup_parameters(n) makes, from an array of n
+    s = pc.add_lookup_parameters(5, init=np.arange(5.0))
+    assert s.shape() == (5, 1) and s.as_array()[:, 0].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
     with pytest.warns(UserWarning, match=r"\(4, 3\).*\(5, 3\)") as rec:
         t = pc.add_lookup_parameters((5, 3), init=np.arange(12.0).reshape(4, 3))
     assert t.shape() == (4, 3) and rec[0].filename == __file__

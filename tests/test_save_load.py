@@ -177,14 +177,19 @@ class VocabTagger:
         return VocabTagger(model, spec)
 
 
-def test_a_spec_may_hold_plain_python_objects(tmp_path):
-    """DyNet pickles specs whole: a vocabulary object, sets, ordered dicts and NumPy arrays in
-    a spec come back from load() (classes of the program's own modules; never functions)."""
+def test_a_spec_may_hold_plain_python_objects_read_back_when_trusted(tmp_path):
+    """DyNet pickles specs whole: save() writes a vocabulary object, sets, ordered dicts and
+    NumPy arrays in a spec; load() reads them back when told the file is trusted, and says so
+    otherwise, leaving the model as it was."""
     extra = {"vocab": Vocab(["a", "b", "c"]), "tags": {"N", "V"}, "order": collections.OrderedDict(x=1),
              "table": np.arange(4.0).reshape(2, 2)}
     t = VocabTagger(dy.ParameterCollection(), extra)
     save(str(tmp_path / "v"), [t])
-    (t2,) = load(str(tmp_path / "v"), dy.ParameterCollection())
+    pc = dy.ParameterCollection()
+    with pytest.raises(ValueError, match=r"Vocab named in the file is not a class with from_spec.*trusted=True"):
+        load(str(tmp_path / "v"), pc)
+    assert pc.parameters_list() == [] and pc.subcollections() == []
+    (t2,) = load(str(tmp_path / "v"), pc, trusted=True)
     got = t2.spec
     assert type(got["vocab"]) is Vocab and got["vocab"].index == {"a": 0, "b": 1, "c": 2}
     assert got["tags"] == {"N", "V"} and got["order"] == collections.OrderedDict(x=1)
@@ -240,9 +245,14 @@ def test_load_errors_leave_the_model_unchanged(tmp_path):
     # the unpickler hands out classes only, none of the standard library's but the plain containers:
     # a file cannot make load() run anything else
     fails(_files(tmp_path, "popen", b"\x80\x02csubprocess\nPopen\n(X\x04\x00\x00\x00trueR.", data),
-          ValueError, "subprocess.Popen .*not a class a spec may hold")
+          ValueError, "subprocess.Popen .*not a class with from_spec")
     fails(_files(tmp_path, "system", b"\x80\x02cos\nsystem\n(X\x04\x00\x00\x00trueR.", data),
-          ValueError, "os.system .*not a class a spec may hold")
+          ValueError, "os.system .*not a class")
+    # nor by walking from one of autobatch's modules to what it imported
+    fails(_files(tmp_path, "walk", b"\x80\x02cautobatch.saving\nimportlib.import_module\n(X\x02\x00\x00\x00osR.", data),
+          ValueError, "not a class")
+    fails(_files(tmp_path, "walk2", b"\x80\x02cautobatch.runtime\nnp.memmap\n(X\x01\x00\x00\x00xR.", data),
+          ValueError, "not a class with from_spec")
     fails(_files(tmp_path, "func", b"\x80\x02ctest_save_load\n_files\n.", data), ValueError, "is not a class")
     fails(_files(tmp_path, "nowhere", b"\x80\x02cautobatch.nowhere\nThing\n.", data), ValueError, "cannot be found")
     fails(_files(tmp_path, "nodynet", b"\x80\x02c_dynet\nNoSuchBuilder\n.", data), ValueError,
