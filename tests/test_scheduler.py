@@ -60,20 +60,25 @@ def test_small_and_vectorised_agenda_agree_and_beat_depth(prog):
                               g.heavy_of_sig), g)
 
 
+def _chain_losses(strategy):
+    """In a new graph: a loss at every step of three chains of lengths 3, 5 and 8; their sum."""
+    pc = dy.ParameterCollection()
+    W, b, V = pc.add_parameters((4, 4)), pc.add_parameters(4), pc.add_parameters((3, 4))
+    dy.renew_cg(strategy)
+    losses = []
+    for length in (3, 5, 8):
+        h = dy.inputVector([0.1, 0.2, 0.3, 0.4])
+        for t in range(length):
+            h = dy.tanh(dy.affine_transform([b, W, h]))
+            losses.append(dy.pickneglogsoftmax(V * h, t % 3))
+    return dy.esum(losses)
+
+
 def test_loss_heads_of_different_depths_share_one_batch():
     """Losses at every step of chains of different lengths: depth batching needs one
     loss batch per step; agenda defers them (as-late-as-possible level) into one."""
-    pc = dy.ParameterCollection()
-    W, b, V = pc.add_parameters((4, 4)), pc.add_parameters(4), pc.add_parameters((3, 4))
     for strategy in ("depth", "agenda"):
-        dy.renew_cg(strategy)
-        losses = []
-        for length in (3, 5, 8):
-            h = dy.inputVector([0.1, 0.2, 0.3, 0.4])
-            for t in range(length):
-                h = dy.tanh(dy.affine_transform([b, W, h]))
-                losses.append(dy.pickneglogsoftmax(V * h, t % 3))
-        dy.esum(losses).value()
+        _chain_losses(strategy).value()
         sizes = dy.stats()["signatures"]
         loss_batches = [v for k, v in sizes.items() if k.startswith("pickneglogsoftmax")]
         assert len(loss_batches) == 1
@@ -87,16 +92,7 @@ def test_loss_heads_of_different_depths_share_one_batch():
 def test_small_plans_are_kept_by_structure_and_remade_when_it_differs():
     """A small forward's plan comes from the cache when every column the plan depends on is
     equal; a node consumed after the forward's end (uses) changes the plan, and its key."""
-    pc = dy.ParameterCollection()
-    W, b, V = pc.add_parameters((4, 4)), pc.add_parameters(4), pc.add_parameters((3, 4))
-    dy.renew_cg("agenda")
-    losses = []
-    for length in (3, 5, 8):
-        h = dy.inputVector([0.1, 0.2, 0.3, 0.4])
-        for t in range(length):
-            h = dy.tanh(dy.affine_transform([b, W, h]))
-            losses.append(dy.pickneglogsoftmax(V * h, t % 3))
-    dy.esum(losses)
+    _chain_losses("agenda")
     g = dy.cg()
     n = g.node_count()
     assert n <= scheduler._SMALL
