@@ -585,12 +585,18 @@ def l2_norm(x) -> Expression:
 l2_norm = fastpath.unary(OPS["l2_norm"], l2_norm, fuse=False)
 
 
+def _conformed(op, x, y, attr=None) -> Expression:
+    """op over x and y of one shape up to trailing 1s (a column (n, 1) and a vector (n,) are
+    the same shape, as in DyNet), y brought to x's."""
+    g = _graph()
+    a, b = _id(x, g, op), _id(y, g, op)
+    return g.add(op, tuple(api_dims.conform(g, [a, b], g.shapes[a])), attr)
+
+
 def squared_distance(x, y) -> Expression:
     """Σ (x - y)² of two same-shape expressions (a column (n, 1) and a vector (n,) are
     the same shape, as in DyNet); shape (1,)."""
-    g = _graph()
-    a, b = _id(x, g, OPS["squared_distance"]), _id(y, g, OPS["squared_distance"])
-    return g.add(OPS["squared_distance"], tuple(api_dims.conform(g, [a, b], g.shapes[a])))
+    return _conformed(OPS["squared_distance"], x, y)
 
 
 def binary_log_loss(x, y) -> Expression:
@@ -623,7 +629,11 @@ if type(x) is _E and x.cg is g and d == 0 and type(d) is int:
 
 def constrained_softmax(x, y) -> Expression:
     """Softmax of the scores x with upper bounds y on the probabilities (Martins and
-    Kreutzer, 2017): min(y, c·exp(x)), c making them sum to 1; x, y vectors (n,)."""
+    Kreutzer, 2017): min(y, c·exp(x)), c making them sum to 1; x, y vectors (n,) (columns
+    (n, 1) too, as in DyNet: the result is then a column)."""
+    sx = _shape(x)
+    if len(sx) == 2 and sx[1] == 1 and api_dims.strip(_shape(y)) == sx[:1]:
+        return reshape(constrained_softmax(reshape(x, sx[:1]), reshape(y, sx[:1])), sx)
     return _op(OPS["constrained_softmax"], x, y)
 
 
@@ -722,8 +732,11 @@ if type(v) is int and type(x) is _E and x.cg is g:
 
 
 def hinge(x, index: int, m: float = 1.0) -> Expression:
-    """Σ_{j≠index} max(0, m - x[index] + x[j]) for a vector x; shape (1,)."""
+    """Σ_{j≠index} max(0, m - x[index] + x[j]) for a vector x (or a column, as in DyNet);
+    shape (1,)."""
     s = _shape(x)
+    if len(s) == 2 and s[1] == 1:
+        x, s = reshape(x, s[:1]), s[:1]
     if _vertex_index(index, s[0]):
         return _op(OPS["hinge"], x, attr=float(m), data=index)
     return _op(OPS["hinge"], x, attr=float(m), data=_index_in("hinge", x, index, s[0]))

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .api import _op, _opl, _shape, reshape, sqrt, square
+from .api import _conformed, _op, _opl, _shape, reshape, sqrt, square
 from .errors import GraphError, user_line
 from .graph import Expression
 from .minibatch import BatchedExpression, mean_batches, std_batches, sum_batches
@@ -172,8 +172,8 @@ def weight_norm(w: Expression, g: Expression) -> Expression:
 
 # --- losses -------------------------------------------------------------------------------------
 def l1_distance(x: Expression, y: Expression) -> Expression:
-    """Σ |x - y| of two same-shape expressions; shape (1,)."""
-    return _op(OPS["l1_distance"], x, y)
+    """Σ |x - y| of two same-shape expressions (a column and a vector too); shape (1,)."""
+    return _conformed(OPS["l1_distance"], x, y)
 
 
 def huber_distance(x: Expression, y: Expression, c: float = 1.345) -> Expression:
@@ -182,7 +182,7 @@ def huber_distance(x: Expression, y: Expression, c: float = 1.345) -> Expression
     c = float(c)
     if not c > 0:
         _fail("huber_distance", f"c must be positive, got {c}", x)
-    return _op(OPS["huber_distance"], x, y, attr=c)
+    return _conformed(OPS["huber_distance"], x, y, attr=c)
 
 
 def hinge_dim(x: Expression, v: Sequence[int], d: int = 0, m: float = 1.0) -> Expression:

@@ -442,3 +442,19 @@ def test_pick_and_lookup_default_to_index_0():
     dy.renew_cg()
     assert dy.lookup(E).npvalue().tolist() == [0.0, 1.0]
     assert dy.pick(dy.inputVector([5.0, 6.0])).value() == 5.0
+
+
+def test_a_column_passes_for_a_vector_in_distances_hinge_and_constrained_softmax():
+    """DyNet's (n, 1) is its (n,): the results equal the vector forms'."""
+    dy.renew_cg()
+    v = dy.inputVector([1.0, 2.0, 3.0])
+    c = dy.inputTensor(np.array([[0.0], [1.0], [5.0]]))
+    assert dy.l1_distance(v, c).value() == pytest.approx(1 + 1 + 2)
+    assert dy.huber_distance(v, c).value() == pytest.approx(
+        dy.huber_distance(v, dy.inputVector([0.0, 1.0, 5.0])).value())
+    assert dy.hinge(c, 0).value() == pytest.approx(dy.hinge(dy.inputVector([0.0, 1.0, 5.0]), 0).value())
+    u = dy.inputTensor(np.array([[0.5], [0.9], [0.3]]))
+    col = dy.constrained_softmax(c, u)
+    vec = dy.constrained_softmax(dy.inputVector([0.0, 1.0, 5.0]), dy.inputVector([0.5, 0.9, 0.3]))
+    assert col.dim() == ((3, 1), 1)
+    np.testing.assert_allclose(col.npvalue()[:, 0], vec.npvalue(), rtol=1e-6)
