@@ -79,6 +79,8 @@ def sum_dim(x: Expression, d: Sequence[int], b: bool = False, n: int = 0) -> Exp
     gives (n,) for d=[0], (m,) for d=[1], (1,) for d=[0, 1]. n is accepted and ignored, as
     in DyNet (mean_dim's divisor; a sum has none)."""
     _int("sum_dim", "n", n, x)
+    if b and not _some(d) and type(x) is not BatchedExpression:
+        return x                        # over no dimension and a batch of one: x, as DyNet's
     if _batched(b, x):
         return sum_batches(sum_dim(x, d) if _some(d) else x)
     return _op(OPS["sum_dim"], x, attr=_dims("sum_dim", d, x))
@@ -96,6 +98,8 @@ def moment_dim(x: Expression, d: Sequence[int], r: int, b: bool = False, n: int 
 def mean_dim(x: Expression, d: Sequence[int], b: bool = False, n: int = 0) -> Expression:
     """Mean over the dimensions in d (removed); n > 0 divides the sum by n instead of by
     the number of elements."""
+    if b and not _some(d) and type(x) is not BatchedExpression and not n:
+        return x                        # over no dimension and a batch of one: x, as DyNet's
     if _batched(b, x):
         return _moment_over_batch(x, d, 1, n)
     return _op(OPS["moment_dim"], x, attr=(_dims("mean_dim", d, x), 1, _int("mean_dim", "n", n, x)))
@@ -142,8 +146,12 @@ def logsumexp_dim(x: Expression, d: int = 0) -> Expression:
 
 
 def cumsum(x: Expression, d: int = 0) -> Expression:
-    """Running sum y_i = Σ_{j<=i} x_j along dimension d; same shape."""
-    return _op(OPS["cumsum"], x, attr=_int("cumsum", "d", d, x))
+    """Running sum y_i = Σ_{j<=i} x_j along dimension d; same shape. A dimension past x's
+    last is one of size 1, as in DyNet: the sum is x."""
+    d = _int("cumsum", "d", d, x)
+    if d >= len(_shape(x)):
+        return x
+    return _op(OPS["cumsum"], x, attr=d)
 
 
 def argmax(x: Expression, gradient_mode: str = "zero_gradient") -> Expression:

@@ -273,7 +273,7 @@ ERRORS = {
     "logsumexp_empty": (lambda: dy.logsumexp([]), ["logsumexp", "empty"]),
     "logsumexp_shapes": (lambda: dy.logsumexp([_v(), _m()]), ["logsumexp", "(4,)", "(3, 4)"]),
     "logsumexp_dim_range": (lambda: dy.logsumexp_dim(_m(), 2), ["logsumexp_dim", "dimension 2"]),
-    "cumsum_range": (lambda: dy.cumsum(_v(), 1), ["cumsum", "dimension 1", "(4,)"]),
+    "cumsum_dim": (lambda: dy.cumsum(_v(), -1), ["cumsum", "-1"]),
     "argmax_mode": (lambda: dy.argmax(_v(), "foo"), ["argmax", "foo", "straight_through_gradient"]),
     "argmax_matrix": (lambda: dy.argmax(_m(), "zero_gradient"), ["argmax", "vector", "(3, 4)"]),
     "layer_norm_gain": (lambda: dy.layer_norm(_v(), dy.ones(3), dy.zeros(4)), ["layer_norm", "g", "(3,)", "(4,)"]),

@@ -458,3 +458,13 @@ def test_a_column_passes_for_a_vector_in_distances_hinge_and_constrained_softmax
     vec = dy.constrained_softmax(dy.inputVector([0.0, 1.0, 5.0]), dy.inputVector([0.5, 0.9, 0.3]))
     assert col.dim() == ((3, 1), 1)
     np.testing.assert_allclose(col.npvalue()[:, 0], vec.npvalue(), rtol=1e-6)
+
+
+def test_reductions_over_nothing_are_the_input_as_dynets():
+    """cumsum along a dimension past the last (of size 1) and sum_dim / mean_dim over no
+    dimension with b=True on an expression of one batch element give x, as in DyNet."""
+    dy.renew_cg()
+    v = dy.inputVector([1.0, 2.0, 3.0])
+    for e in (dy.cumsum(v, d=1), dy.sum_dim(v, [], b=True), dy.mean_dim(v, [], b=True)):
+        assert e.dim() == ((3,), 1) and e.npvalue().tolist() == [1.0, 2.0, 3.0]
+    assert dy.cumsum(v, 0).npvalue().tolist() == [1.0, 3.0, 6.0]
