@@ -566,11 +566,12 @@ class ParameterCollection:
     def add_lookup_parameters(self, dim, init=None, name: str = "", device: str = "", scale: float = 1.0,
                               mean: float = 0.0, std: float = 1.0) -> LookupParameter:
         """A lookup table of shape ``(n_rows, *row_shape)``; init as add_parameters'."""
-        shape = _array_shape(init, _as_shape(dim), "add_lookup_parameters")
+        shape = _as_shape(dim)
+        if hasattr(init, "shape") and len(init.shape) == 1:
+            init = init.reshape(-1, 1)      # an array of n scalars: the (n, 1) table below
         if len(shape) == 1:             # DyNet: a table of n scalars is (n, 1)
             shape = shape + (1,)
-            if hasattr(init, "shape") and tuple(init.shape) == shape[:1]:
-                init = init.reshape(shape)
+        shape = _array_shape(init, shape, "add_lookup_parameters")
         if len(shape) < 2:
             raise ValueError(f"add_lookup_parameters needs (n_rows, row_dim), got {dim!r} [at {user_line()}]")
         if isinstance(init, str):

@@ -15,11 +15,11 @@ whole, and so does save(); such a file loads with ``load(..., trusted=True)``, w
 it as DyNet's load does -- which runs whatever the file names, so only for files you trust."""
 from __future__ import annotations
 
-import importlib
 import io
 import json
 import os
 import pickle
+import sys
 import types
 
 import numpy as np
@@ -94,44 +94,63 @@ class _Untrusted(pickle.UnpicklingError):
     """A spec's object that the strict unpickler does not hand out (load's trusted=True would)."""
 
 
-class _Unpickler(pickle.Unpickler):
-    """Strict (the default): autobatch's classes and DyNet's, classes with from_spec and DyNet's
-    expression functions only. trusted: pickle's own (anything the file names)."""
+def _find_dynet(name: str):
+    """What a file's ``_dynet.name`` is here: autobatch's builder or expression function of that name."""
+    import autobatch
+    obj = getattr(autobatch, name, None) if name.isidentifier() and not name.startswith("_") else None
+    if not (_specced(obj) or not isinstance(obj, type) and _dynet_name(obj) == name):
+        raise pickle.UnpicklingError(f"DyNet's {name} has no counterpart in autobatch")
+    return obj
 
-    def __init__(self, f, trusted=False):
-        super().__init__(f)
-        self.trusted = trusted
+
+class _Unpickler(pickle._Unpickler):
+    """The strict one (the default): classes with from_spec of modules the program has imported,
+    named exactly (module and qualified name: no walking from a module to what it imported),
+    and DyNet's builders and expression functions under ``_dynet`` (autobatch's of those
+    names); nothing is imported, so no module's code runs; and no opcode that calls or builds
+    anything (dy.save and DyNet write specs of plain values, tuples, lists, dicts and classes).
+    The pure-Python unpickler, whose opcode table can be changed."""
 
     def find_class(self, module, name):
-        if module == "_dynet":
-            import autobatch
-            cls = getattr(autobatch, name, None)
-            # a class, or one of DyNet's functions (a spec's activation): autobatch's of that name
-            if not (isinstance(cls, type) or callable(cls) and _dynet_name(cls) == name):
-                raise pickle.UnpicklingError(f"DyNet's {name} has no counterpart in autobatch")
-            return cls
-        if self.trusted:
-            return super().find_class(module, name)
-        cls = _class(f"{module}:{name}")
-        if not (cls.__module__.startswith("autobatch") or hasattr(cls, "from_spec")):
-            raise _Untrusted(
-                f"{module}.{name} named in the file is not a class with from_spec: a spec holds it, and load() "
-                f"unpickles such objects only when told the file is trusted: load(path, model, trusted=True) "
-                f"reads it as DyNet's load does, running whatever the file names")
-        return cls
+        return _find_dynet(name) if module == "_dynet" else _class(module, name)
+
+    def _refuse(self):
+        raise _Untrusted("the file calls or builds an object (a spec holding other objects than numbers, "
+                         "strings, lists, tuples, dicts and classes): load(path, model, trusted=True) reads "
+                         "it, running whatever the file names, as DyNet's load does")
+
+    dispatch = dict(pickle._Unpickler.dispatch)
+    for _op in (pickle.REDUCE, pickle.BUILD, pickle.NEWOBJ, pickle.NEWOBJ_EX, pickle.OBJ, pickle.INST,
+                pickle.EXT1, pickle.EXT2, pickle.EXT4, pickle.PERSID, pickle.BINPERSID):
+        dispatch[_op[0]] = _refuse
+    del _op
 
 
-def _class(name: str):
-    mod, _, qual = name.partition(":")
-    try:
-        obj = importlib.import_module(mod)
-        for part in qual.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"load: class {name.replace(':', '.')} named in the file cannot be found ({e}) [at "
-                         f"{user_line()}]") from None
-    if not isinstance(obj, type):
-        raise ValueError(f"load: {name.replace(':', '.')} named in the file is not a class [at {user_line()}]")
+class _TrustedUnpickler(pickle.Unpickler):
+    """pickle's own, for load(..., trusted=True): anything the file names, DyNet's names mapped
+    to autobatch's."""
+
+    def find_class(self, module, name):
+        return _find_dynet(name) if module == "_dynet" else super().find_class(module, name)
+
+
+def _specced(obj) -> bool:
+    return isinstance(obj, type) and callable(getattr(obj, "from_spec", None))
+
+
+def _class(module: str, qual: str):
+    """The class module.qual for a strict load: one with from_spec, in a module already
+    imported, whose own module and qualified name are those (never imported here: importing
+    runs a module's code)."""
+    obj = sys.modules.get(module)
+    for part in qual.split("."):
+        obj = getattr(obj, part, None) if obj is not None and part.isidentifier() else None
+    if not (_specced(obj) and obj.__module__ == module and obj.__qualname__ == qual):
+        why = "in a module the program has not imported" if module not in sys.modules else "not a class with from_spec"
+        raise _Untrusted(
+            f"{module}.{qual} named in the file is {why}: load() reads a spec's other objects only when "
+            f"told the file is trusted (load(path, model, trusted=True), which runs whatever the file "
+            f"names, as DyNet's load does)")
     return obj
 
 
@@ -191,10 +210,11 @@ def _read_records(basename: str, trusted: bool = False) -> tuple:
     records, f = [], io.BytesIO(raw)
     while f.tell() < len(raw):
         try:
-            records.append(_Unpickler(f, trusted).load())
+            records.append((_TrustedUnpickler if trusted else _Unpickler)(f).load())
         except _Untrusted as e:
             raise ValueError(f"load: {basename}.meta, record {len(records)}: {e} [at {user_line()}]") from None
-        except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError) as e:
+        except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError, KeyError,
+                IndexError) as e:            # (the pure-Python unpickler meets an unknown opcode with a KeyError)
             raise ValueError(f"load: {basename}.meta is not a model's index as dy.save writes it "
                              f"(record {len(records)}: {e}) [at {user_line()}]") from None
     for j, r in enumerate(records):
@@ -231,7 +251,7 @@ def _read_old(basename: str, raw: bytes) -> tuple:
         if e.get("kind") in ("param", "lookup"):
             records.append((_KIND_TAG[e["kind"] == "lookup"], e["name"], arrays[e["array"]]))
         elif e.get("kind") == "object":
-            records.append((_class(e["class"]), _old_spec(e["spec"]),
+            records.append((_old_class(e["class"]), _old_spec(e["spec"]),
                             [arrays[k] for k in e["params"]], [arrays[k] for k in e["lookups"]]))
         else:
             raise ValueError(f"load: entry {j} of {basename}.meta has unknown kind {e.get('kind')!r} [at "
@@ -239,11 +259,20 @@ def _read_old(basename: str, raw: bytes) -> tuple:
     return records, None, True
 
 
+def _old_class(name: str):
+    """A class an old-format file names as "module:Qual", under the strict unpickler's rule."""
+    module, _, qual = name.partition(":")
+    try:
+        return _class(module, qual)
+    except _Untrusted as e:
+        raise ValueError(f"load: {e} [at {user_line()}]") from None
+
+
 def _old_spec(v):
     if isinstance(v, list):
         return [_old_spec(x) for x in v]
     if isinstance(v, dict):
-        return _class(v["class"]) if "class" in v else {k: _old_spec(x) for k, x in v["dict"].items()}
+        return _old_class(v["class"]) if "class" in v else {k: _old_spec(x) for k, x in v["dict"].items()}
     return v
 
 

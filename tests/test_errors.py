@@ -379,6 +379,9 @@ def test_init_of_another_shape_takes_the_arrays_shape_warning_at_the_users_line(
     # a table of n scalars, as DyNet's add_lookup_parameters(n) makes, from an array of n
     s = pc.add_lookup_parameters(5, init=np.arange(5.0))
     assert s.shape() == (5, 1) and s.as_array()[:, 0].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")              # the shape asked for: no warning
+        assert pc.add_lookup_parameters(5, init=np.ones((5, 1))).shape() == (5, 1)
     with pytest.warns(UserWarning, match=r"\(4, 3\).*\(5, 3\)") as rec:
         t = pc.add_lookup_parameters((5, 3), init=np.arange(12.0).reshape(4, 3))
     assert t.shape() == (4, 3) and rec[0].filename == __file__

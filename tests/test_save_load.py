@@ -241,7 +241,10 @@ def test_load_errors_leave_the_model_unchanged(tmp_path):
     fails(_files(tmp_path, "extra", rec_w, data), ValueError, "holds 4 parameters.*accounts for 1")
     fails(_files(tmp_path, "short", (tmp_path / "m.meta").read_bytes(), w_only), ValueError,
           "needs 3 parameters named /vanilla-lstm-builder/")
-    fails(_files(tmp_path, "junk", b"\x80\x04\x95 not a pickle", data), ValueError, "not a model's index")
+    fails(_files(tmp_path, "junk", b"\x80\x02\xff not a pickle", data), ValueError, "not a model's index")
+    # no opcode that calls or builds: an allowed class (it has from_spec) called with the file's arguments
+    fails(_files(tmp_path, "call", b"\x80\x02cautobatch.builders\nVanillaLSTMBuilder\n(K\x01K\x02K\x03tR.", data),
+          ValueError, "calls or builds an object")
     # the unpickler hands out classes only, none of the standard library's but the plain containers:
     # a file cannot make load() run anything else
     fails(_files(tmp_path, "popen", b"\x80\x02csubprocess\nPopen\n(X\x04\x00\x00\x00trueR.", data),
@@ -254,7 +257,16 @@ def test_load_errors_leave_the_model_unchanged(tmp_path):
     fails(_files(tmp_path, "walk2", b"\x80\x02cautobatch.runtime\nnp.memmap\n(X\x01\x00\x00\x00xR.", data),
           ValueError, "not a class with from_spec")
     fails(_files(tmp_path, "func", b"\x80\x02ctest_save_load\n_files\n.", data), ValueError, "is not a class")
-    fails(_files(tmp_path, "nowhere", b"\x80\x02cautobatch.nowhere\nThing\n.", data), ValueError, "cannot be found")
+    fails(_files(tmp_path, "nowhere", b"\x80\x02cautobatch.nowhere\nThing\n.", data), ValueError, "not imported")
+    # nothing is imported (a module's code would run), nothing without from_spec is handed out
+    import sys
+    assert "this_module_is_not_imported" not in sys.modules
+    fails(_files(tmp_path, "imp", b"\x80\x02cthis_module_is_not_imported\nThing\n.", data), ValueError, "not imported")
+    fails(_files(tmp_path, "venv", b"\x80\x02cvenv.__main__\nmain\n.", data), ValueError, "not imported")
+    assert "venv.__main__" not in sys.modules
+    fails(_files(tmp_path, "pc", b"\x80\x02cautobatch.params\nParameterCollection\n(X\x01\x00\x00\x00xR.", data),
+          ValueError, "not a class with from_spec")
+    fails(_files(tmp_path, "modtype", b"\x80\x02c_dynet\n__class__\n.", data), ValueError, "no counterpart")
     fails(_files(tmp_path, "nodynet", b"\x80\x02c_dynet\nNoSuchBuilder\n.", data), ValueError,
           "NoSuchBuilder has no counterpart")
     fails(str(tmp_path / "nope"), FileNotFoundError, "nope")
@@ -291,6 +303,13 @@ def test_older_autobatch_files_still_load(tmp_path):
     (tmp_path / "gap.data").write_bytes((tmp_path / "old.data").read_bytes())
     with pytest.raises(ValueError, match="lacks array a99"):
         load(str(tmp_path / "gap"), dy.ParameterCollection())
+    # classes named in such files pass the strict unpickler's rule too (a spec naming Popen)
+    meta["objects"][0]["array"] = "a0"
+    meta["objects"][2]["spec"] = [1, 2, 3, {"class": "subprocess:Popen"}, 1.0]
+    (tmp_path / "popen.meta").write_text(json.dumps(meta))
+    (tmp_path / "popen.data").write_bytes((tmp_path / "old.data").read_bytes())
+    with pytest.raises(ValueError, match="subprocess.Popen named in the file is not a class with from_spec"):
+        load(str(tmp_path / "popen"), dy.ParameterCollection())
 
 
 def test_dynet1_model_save_and_load_forms(tmp_path):
