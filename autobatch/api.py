@@ -127,7 +127,8 @@ def _numbers(name: str, v, dtype=None, copy: bool = False):
         if not all(isinstance(x, numbers.Real) for x in a.flat):
             raise GraphError(f"{name}: expected numbers, got None or objects [at {user_line()}]")
     elif a.dtype.kind not in "biuf":
-        raise GraphError(f"{name}: expected numbers, got {a.dtype} [at {user_line()}]")
+        got = type(v).__name__ if isinstance(v, (str, bytes)) else a.dtype
+        raise GraphError(f"{name}: expected numbers, got {got} [at {user_line()}]")
     return a.astype(dtype or _S.dtype, copy=copy)
 
 

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .api import _conformed, _op, _opl, _shape, reshape, sqrt, square
+from .api import _conformed, _op, _opl, _shape, _whole, reshape, sqrt, square
 from .errors import GraphError, user_line
 from .graph import Expression
 from .minibatch import BatchedExpression, mean_batches, std_batches, sum_batches
@@ -201,7 +201,7 @@ def hinge_dim(x: Expression, v: Sequence[int], d: int = 0, m: float = 1.0) -> Ex
     d = _int("hinge_dim", "d", d, x)
     if len(s) != 2 or d > 1:
         _fail("hinge_dim", f"needs a matrix and d in (0, 1), got d={d}", x)
-    v = list(v)
+    v = [_whole(i) for i in v]          # whole floats and 0-d arrays, as DyNet takes them
     if len(v) != s[1 - d]:
         _fail("hinge_dim", f"needs {s[1 - d]} gold indices (one per slice along dimension {d}), "
               f"got {len(v)}", x)

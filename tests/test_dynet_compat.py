@@ -468,3 +468,12 @@ def test_reductions_over_nothing_are_the_input_as_dynets():
     for e in (dy.cumsum(v, d=1), dy.sum_dim(v, [], b=True), dy.mean_dim(v, [], b=True)):
         assert e.dim() == ((3,), 1) and e.npvalue().tolist() == [1.0, 2.0, 3.0]
     assert dy.cumsum(v, 0).npvalue().tolist() == [1.0, 3.0, 6.0]
+
+
+def test_hinge_dim_takes_whole_floats_and_0d_arrays_as_indices():
+    dy.renew_cg()
+    m = dy.inputTensor(np.arange(6.0).reshape(2, 3))
+    want = dy.hinge_dim(m, [1, 0, 1], 0).npvalue().tolist()
+    assert dy.hinge_dim(m, [np.array(1), 0.0, np.int64(1)], 0).npvalue().tolist() == want
+    with pytest.raises(dy.GraphError, match="expected numbers, got str"):
+        dy.inputVector("ab")
