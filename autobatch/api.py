@@ -394,12 +394,8 @@ def transpose(x, dims=(1, 0)) -> Expression:
     return _op(_TRANSPOSE, x, attr=dims)
 
 
-transpose = fastpath.fast(transpose, _TRANSPOSE, "x, dims=_T10", """
-if type(x) is _E and x.cg is g and (dims is _T10 or type(dims) is tuple and dims == _T10):
-    COLS
-    a = x.i
-    r = g._fa.get(_op)
-    if r is not None and r[4] is shapes[a] and r[5] is None:""", ("a",), _T10=(1, 0))
+transpose = fastpath.unary_entry(transpose, _TRANSPOSE, "x, dims=_T10",
+                                 "dims is _T10 or type(dims) is tuple and dims == _T10", _T10=(1, 0))
 
 
 # --- elementwise --------------------------------------------------------------------
@@ -620,12 +616,7 @@ def softmax(x, d: int = 0) -> Expression:
     return _unary(_SOFTMAX, x)
 
 
-softmax = fastpath.fast(softmax, _SOFTMAX, "x, d=0", """
-if type(x) is _E and x.cg is g and d == 0 and type(d) is int:
-    COLS
-    a = x.i
-    r = g._fa.get(_op)
-    if r is not None and r[4] is shapes[a] and r[5] is None:""", ("a",))
+softmax = fastpath.unary_entry(softmax, _SOFTMAX, "x, d=0", "d == 0 and type(d) is int")
 
 
 def constrained_softmax(x, y) -> Expression:
@@ -656,12 +647,7 @@ def log_softmax(x, restrict=None) -> Expression:
     return inputTensor(place) * _op(OPS["log_softmax"], select_rows(x, rows)) + inputTensor(rest)
 
 
-log_softmax = fastpath.fast(log_softmax, _LOG_SOFTMAX, "x, restrict=None", """
-if type(x) is _E and x.cg is g and restrict is None:
-    COLS
-    a = x.i
-    r = g._fa.get(_op)
-    if r is not None and r[4] is shapes[a] and r[5] is None:""", ("a",))
+log_softmax = fastpath.unary_entry(log_softmax, _LOG_SOFTMAX, "x, restrict=None", "restrict is None")
 
 
 def _index_in(name, x, i, n) -> int:
@@ -761,13 +747,8 @@ def _unary(op, x, attr=None, data=None) -> Expression:
 
 # the inline paths of the unary ops with an attr and of the ones whose calls take more than x:
 # the entry (ComputationGraph.add_unary) holds x's shape and the attr the checks passed with
-pick = fastpath.fast(pick, _PICK, "x, index=0, dim=0", """
-if type(index) is int and type(x) is _E and x.cg is g and dim == 0 and type(dim) is int:
-    COLS
-    a = x.i
-    r = g._fa.get(_op)
-    if r is not None and r[4] is shapes[a] and r[5] == 0 and 0 <= index < r[4][0]:""", ("a",), attr="0",
-                     data="index")
+pick = fastpath.unary_entry(pick, _PICK, "x, index=0, dim=0", "type(index) is int and dim == 0 and type(dim) is int",
+                            "r[5] == 0 and 0 <= index < r[4][0]", attr="0", data="index")
 
 
 def pickrange(x, s: int, e: int, d: int = 0) -> Expression:
@@ -870,12 +851,8 @@ def dropout(x, p: float) -> Expression:
 
 
 # (the seed is _seed's, of the node's own number)
-dropout = fastpath.fast(dropout, _DROPOUT, "x, p", """
-if type(p) is float and 0.0 < p < 1.0 and _S.dropout and type(x) is _E and x.cg is g:
-    COLS
-    a = x.i
-    r = g._fa.get(_op)
-    if r is not None and r[4] is shapes[a] and r[5] == p:""", ("a",), attr="p", data="(g.seed << 24) ^ n")
+dropout = fastpath.unary_entry(dropout, _DROPOUT, "x, p", "type(p) is float and 0.0 < p < 1.0 and _S.dropout",
+                               "r[5] == p", attr="p", data="(g.seed << 24) ^ n")
 
 
 def noise(x, stddev: float) -> Expression:
@@ -930,13 +907,14 @@ def _getitem(x, k):
             return _batch_slices(x, k)
         return _slices(x, k)
     if isinstance(k, slice):
-        n = _shape(x)[0]
-        _within(k, n, _shape(x))
+        shape = _shape(x)
+        n = shape[0]
+        _within(k, n, shape)
         s, e, step = k.indices(n)
         if step != 1:                           # x[::2], x[::-1]: those rows, in that order
             rows = list(range(s, e, step))
             if not rows:
-                raise GraphError(f"slice {k} selects nothing from an input of shape {_shape(x)} [at {user_line()}]")
+                raise GraphError(f"slice {k} selects nothing from an input of shape {shape} [at {user_line()}]")
             return select_rows(x, rows)
         return pickrange(x, s, e)
     k = int(k)

@@ -134,6 +134,20 @@ if type(x) is _E and x.cg is g:
     if r is not None and r[4] is shapes[a]:""", ("a",))
 
 
+def unary_entry(slow, op, params: str, test: str, attr_test: str = "r[5] is None", **kw):
+    """f(params) == slow(params) for a call whose node is op over x with an attr (pick,
+    softmax, dropout, ...): where ``test`` (source over params) holds and x is this graph's, the
+    node is appended from the entry ComputationGraph.add_unary keeps for op (g._fa) while x has
+    the entry's shape and ``attr_test`` holds of the entry (r[5]: its attr). kw: fast()'s attr,
+    data and names the sources read."""
+    return fast(slow, op, params, f"""
+if ({test}) and type(x) is _E and x.cg is g:
+    COLS
+    a = x.i
+    r = g._fa.get(_op)
+    if r is not None and r[4] is shapes[a] and {attr_test}:""", ("a",), **kw)
+
+
 _BINARY = """\
 if type(x) is _E and type(y) is _E and x.cg is g and y.cg is g:
     COLS
