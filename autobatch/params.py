@@ -94,7 +94,7 @@ def _array_shape(init, shape, what):
     GloVe matrix of fewer, w2i holding aliases); a warning names both."""
     if hasattr(init, "shape") and hasattr(init, "dtype"):     # NumPy or CuPy (DyNet refuses lists)
         got = tuple(init.shape)
-        if got != shape and all(d >= 0 for d in got) and got:
+        if got and got != shape:
             warn_user(f"{what}: the init array has shape {got} where the parameter was asked to have "
                       f"{shape}: the parameter takes the array's shape, as in DyNet")
             return got

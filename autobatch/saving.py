@@ -8,9 +8,9 @@ basename.data holds the objects' parameters, in that order, in DyNet's text form
 DyNet's are read as ours, so the files go both ways. Files of older autobatch versions (JSON
 .meta, .npz .data) are still read.
 
-.meta is read with an unpickler that only hands out classes with ``from_spec`` (and autobatch's
-own) and autobatch's expression functions (a spec's activation): a file cannot make load()
-call anything else. A spec may hold other objects (a parser's vocabulary): DyNet pickles specs
+.meta is read with an unpickler that only hands out classes with ``from_spec`` and autobatch's
+expression functions (a spec's activation), imports nothing and refuses every opcode that calls
+or builds an object: a file cannot make load() run anything. A spec may hold other objects (a parser's vocabulary): DyNet pickles specs
 whole, and so does save(); such a file loads with ``load(..., trusted=True)``, which unpickles
 it as DyNet's load does -- which runs whatever the file names, so only for files you trust."""
 from __future__ import annotations
