@@ -263,7 +263,6 @@ def lookup(p: LookupParameter, index: int = 0, update: bool = True) -> Expressio
 
 lookup = fastpath.fast(lookup, _LOOKUP, "p, index=0, update=True", """
 if type(index) is int and type(p) is _LP and update is True and g is not None:
-    COLS
     r = flk.get(p)            # (out, size, sig, diff, p's node, rows)
     if r is not None and 0 <= index < r[5]:
         a = r[4]""", ("a",), need="r[3]", depth="1", data="index", params_in=("a",), _LP=LookupParameter)
@@ -362,7 +361,6 @@ affine_transform = fastpath.fast(affine_transform, _AFFINE, "xs", """
 if type(xs) is list and len(xs) == 3:
     b, w, x = xs
     if type(x) is _E and x.cg is g:
-        COLS
         xi = x.i
         # add_affine's last entry for W, or add_affine_nodes' for W's node (r[4]: b's node)
         r = fw.get(w) if type(w) is _P else \
@@ -505,7 +503,6 @@ esum = fastpath.fast(esum, _ADD, "xs", """
 if type(xs) is list and len(xs) == 3:
     x, y, z = xs
     if type(x) is _E and type(y) is _E and type(z) is _E and x.cg is g and y.cg is g and z.cg is g:
-        COLS
         a = x.i
         b = y.i
         c = z.i
@@ -712,7 +709,6 @@ def pickneglogsoftmax(x, v: int) -> Expression:
 
 pickneglogsoftmax = fastpath.fast(pickneglogsoftmax, _PNLS, "x, v", """
 if type(v) is int and type(x) is _E and x.cg is g:
-    COLS
     a = x.i
     r = f1.get(_op)
     if r is not None and r[4] is shapes[a] and 0 <= v < r[4][0]:""", ("a",), data="v")
@@ -981,7 +977,6 @@ def _scale_slow(x, a, b):
 # the entries are kept under (a, b) (the tuple: no op is a key of equal value)
 _scale = fastpath.fast(_scale_slow, _SCALE, "x, a, b", """
 if type(x) is _E and x.cg is g:
-    COLS
     i = x.i
     k = (a, b)
     r = g._fa.get(k)
@@ -1037,7 +1032,6 @@ Expression.__mul__ = fastpath.fast(_expr_mul, _MM_SHARED, "x, y", """
 if type(y) is not _E and (type(y) is float or type(y) is int) and type(x) is _E and x.cg is g:
     return _scale(x, float(y), 0.0)
 if type(y) is _E and type(x) is _E and x.cg is g and y.cg is g:
-    COLS
     a = x.i
     b = y.i
     r = fmm.get(a)
@@ -1063,7 +1057,6 @@ Parameter.__sub__ = lambda p, o: _sub(p, o)
 Parameter.__rsub__ = lambda p, o: _sub(o, p)
 Parameter.__mul__ = fastpath.fast(_param_mul, _MM_SHARED, "x, y", """
 if type(y) is _E and y.cg is g:
-    COLS
     r = fmm.get(x)
     b = y.i
     if r is not None and r[4] is shapes[b]:

@@ -17,13 +17,16 @@ from __future__ import annotations
 import functools
 import sys
 import textwrap
+from types import MappingProxyType
 
 from . import runtime
 from .graph import Expression
 
-# the guards' line "COLS" becomes this unpacking of ComputationGraph._cols (the columns and
-# caches under these names), placed where g is known to be a graph
-COLS = "depths, needs, uses, sigs, args, shapes, attrs, datas, f1, f2, f3, fw, flk, fmm = g._cols"
+# the current graph's columns and caches (ComputationGraph._cols), globals of every fast path
+# under these names: bind() rebinds them whenever the current graph changes (a unpacking of
+# g._cols in each call took a tenth of its time); _g is the current graph
+_COL_NAMES = ("depths", "needs", "uses", "sigs", "args", "shapes", "attrs", "datas",
+              "f1", "f2", "f3", "fw", "flk", "fmm")
 
 _APPEND = """\
 {depth}
@@ -57,8 +60,8 @@ def fast(slow, op, params: str, guard: str, ins: tuple, need: str = None, depth:
     source) that appends one node of op itself when ``guard`` holds, else returns slow(...).
     guard: source lines ending in the ``if`` that opens the append (and, in its body, lines
     that come before it); they bind ``r`` (the cache entry) and the input node ids named in
-    ``ins``, and must not touch g before testing it (g is None before the first graph); a
-    line ``COLS`` unpacks g's columns and caches (read them through those names). need: the
+    ``ins``, and must not touch g, or the columns and caches (read through _COL_NAMES), before
+    testing that an input is g's (g is None before the first graph). need: the
     node's needs-gradient flag (default: differentiable and some input needs one); depth: its
     depth (default: one more than its deepest input); attr, data: source of the node's attr
     and data, if it has them (never None: the graph stores only the ones nodes have);
@@ -70,23 +73,44 @@ def fast(slow, op, params: str, guard: str, ins: tuple, need: str = None, depth:
     body = _APPEND.format(depth=_depth(ins, depth), need=need, uses=uses,
                           args=", ".join(ins), attr="" if attr is None else f"\nattrs[n] = {attr}",
                           data="" if data is None else f"\ndatas[n] = {data}")
-    guard_lines = [line.replace("COLS", COLS) if line.strip() == "COLS" else line
-                   for line in guard.strip("\n").splitlines()]
+    guard_lines = guard.strip("\n").splitlines()
     last = guard_lines[-1]
     indent = " " * (len(last) - len(last.lstrip()) + (4 if last.endswith(":") else 0))
     call = ", ".join(p.split("=")[0].strip() for p in params.split(","))
-    src = "\n".join([f"def f({params}):", "    g = _S.graph"]
-                    + ["    " + line for line in guard_lines]
-                    + ["    " + indent + line for line in body.splitlines()]
-                    + [f"    return _slow({call})"])
-    ns = {"_S": runtime.state(), "_E": Expression, "_op": op, "_slow": slow, "_rc": sys.getrefcount,
-          "_TEMP": _TEMP, **consts}
+    cells = {"_op": op, "_slow": slow, **consts}
+    src = "\n".join([f"def _make({', '.join(cells)}):", f"    def f({params}):", "        g = _g"]
+                     + ["        " + line for line in guard_lines]
+                     + ["        " + indent + line for line in body.splitlines()]
+                     + [f"        return _slow({call})", "    return f"])
     # a file name inside the package: errors raised below (in slow) name the user's line,
     # which errors.user_site finds by skipping the package's frames
-    exec(compile(src, f"{__file__}<fast path of {slow.__name__}>", "exec"), ns)
-    f = ns["f"]
+    exec(compile(src, f"{__file__}<fast path of {slow.__name__}>", "exec"), _NS)
+    f = _NS.pop("_make")(**cells)
     f.__code__ = f.__code__.replace(co_name=slow.__name__)   # errors.called() names the user's call
-    return functools.update_wrapper(f, slow)
+    functools.update_wrapper(f, slow)
+    f._slow_cell = f.__closure__[f.__code__.co_freevars.index("_slow")]
+    return f
+
+
+# every fast path's globals: the columns, _g, and the names all of them read
+_NS = {"_g": None, "_S": runtime.state(), "_E": Expression, "_rc": sys.getrefcount}
+_NO_COLS = (None,) * 8 + (MappingProxyType({}),) * 6
+
+
+def bind(g) -> None:
+    """The columns of g (the current graph, or None) become the fast paths' globals."""
+    _NS.update(zip(_COL_NAMES, g._cols if g is not None else _NO_COLS))
+    _NS["_g"] = g
+
+
+runtime.on_graph(bind)
+bind(runtime.state().graph)
+
+
+def slow_cell(f):
+    """The cell holding the function an inline fast path f falls back to (minibatch.py wraps
+    it), or None if f is not one."""
+    return getattr(f, "_slow_cell", None) if getattr(f, "__wrapped__", None) is not None else None
 
 
 def _probe(x):
@@ -104,6 +128,7 @@ def _temp_refs():
 
 
 _TEMP = _temp_refs()
+_NS["_TEMP"] = _TEMP
 
 # act(x) with x the graph's newest node, not yet computed, that only this call holds (no
 # variable, container or other Expression can reach it again): the activation joins x's node
@@ -128,7 +153,6 @@ def unary(op, slow, fuse: bool = True):
     False for the reductions, whose slow paths never fuse)."""
     return fast(slow, op, "x", """
 if type(x) is _E and x.cg is g:
-    COLS
     a = x.i""" + (_FUSE if fuse and hasattr(op, "dfdx_from_output") else "") + """
     r = f1.get(_op)
     if r is not None and r[4] is shapes[a]:""", ("a",))
@@ -138,11 +162,11 @@ def unary_entry(slow, op, params: str, test: str, attr_test: str = "r[5] is None
     """f(params) == slow(params) for a call whose node is op over x with an attr (pick,
     softmax, dropout, ...): where ``test`` (source over params) holds and x is this graph's, the
     node is appended from the entry ComputationGraph.add_unary keeps for op (g._fa) while x has
-    the entry's shape and ``attr_test`` holds of the entry (r[5]: its attr). kw: fast()'s attr,
-    data and names the sources read."""
-    return fast(slow, op, params, f"""
+    the entry's shape and ``attr_test`` holds of the entry (r[5]: its attr). x is the first of
+    params (whatever its name). kw: fast()'s attr, data and names the sources read."""
+    first = params.split(",")[0].strip()
+    return fast(slow, op, params, ("" if first == "x" else f"x = {first}\n") + f"""
 if ({test}) and type(x) is _E and x.cg is g:
-    COLS
     a = x.i
     r = g._fa.get(_op)
     if r is not None and r[4] is shapes[a] and {attr_test}:""", ("a",), **kw)
@@ -150,7 +174,6 @@ if ({test}) and type(x) is _E and x.cg is g:
 
 _BINARY = """\
 if type(x) is _E and type(y) is _E and x.cg is g and y.cg is g:
-    COLS
     r = f2.get(_op)
     a = x.i
     b = y.i
@@ -198,7 +221,6 @@ from .ops.fused import SUMS as _SUMS_OPS  # noqa: E402
 # temporaries (c = i·u + f·c') are common. b + W * x: 1040 -> 945 ns (380 of it the product);
 # cmult(a, b) + cmult(c, d): 1930 -> 1750.
 _ABSORB_ONE = """if type({t}) is _E and {t}.cg is g and _rc({t}) == _TEMP_OP:
-    COLS
     if sigs is not None:        # (a tracer keeps no columns, and absorbs nothing here)
         n1 = {t}.i
         s = sigs[n1]

@@ -406,11 +406,13 @@ class ComputationGraph:
         return e
 
     def _bind(self) -> None:
-        """The columns and fast-path caches in one tuple (fastpath.COLS names them): an inline
-        fast path unpacks it once instead of loading a dozen attributes, a tenth of its time.
-        Only revert() replaces a cache; the columns change in place."""
+        """The columns and fast-path caches in one tuple, which become the inline fast paths'
+        globals while this graph is the current one (fastpath.bind). Only revert() replaces
+        a cache; the columns change in place."""
         self._cols = (self.depths, self.needs, self.uses, self.sigs, self.args, self.shapes,
                       self.attrs, self.datas, self._f1, self._f2, self._f3, self._fw, self._flk, self._fmm)
+        if runtime.state().graph is self:
+            runtime.graph_changed(self)
 
     # --- DyNet's checkpoints: build a candidate, evaluate it, drop it (beam search) -------
     def checkpoint(self) -> None:

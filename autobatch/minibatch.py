@@ -20,6 +20,7 @@ import types
 
 import numpy as np
 
+from . import fastpath
 from .errors import GraphError, GraphIndexError, user_line
 from .graph import Expression
 from .params import Parameter
@@ -368,18 +369,12 @@ BATCH_FUNCTIONS = ["lookup_batch", "pick_batch", "pick_batch_elem", "pick_batch_
                    "mean_batches", "moment_batches", "std_batches", "dropout_batch"]
 
 
-def _fallback_of(f):
-    """The namespace of an inline fast path (fastpath.py), whose ``_slow`` it falls back to."""
-    ns = getattr(f, "__globals__", None)
-    return ns if getattr(f, "__wrapped__", None) is not None and ns is not None and "_slow" in ns else None
-
-
 def _swap(f, swapped):
     """f's replacement, wrapping fast-path fallbacks on the way (None: keep f)."""
-    ns = _fallback_of(f)
-    if ns is not None:
-        if not getattr(ns["_slow"], "_per_element", False):
-            ns["_slow"] = per_element(ns["_slow"], f)
+    cell = fastpath.slow_cell(f)
+    if cell is not None:
+        if not getattr(cell.cell_contents, "_per_element", False):
+            cell.cell_contents = per_element(cell.cell_contents, f)
         return None
     return swapped.get(f)
 
@@ -397,7 +392,7 @@ def install(modules, skip, classes) -> None:
                 continue
             if not callable(f) or isinstance(f, type) or name in skip or getattr(f, "__module__", None) != m.__name__:
                 continue
-            if _fallback_of(f) is None and not getattr(f, "_per_element", False):
+            if fastpath.slow_cell(f) is None and not getattr(f, "_per_element", False):
                 swapped[f] = per_element(f)
     targets = [vars(mod) for k, mod in list(sys.modules.items()) if k == "autobatch" or k.startswith("autobatch.")]
     for ns in targets:

@@ -62,7 +62,30 @@ def _argv_flag(name):
     return None
 
 
+def _no_hook(g):
+    pass
+
+
+_graph_hook = _no_hook
+
+
+def on_graph(f) -> None:
+    """f(graph) runs whenever the current graph changes (fastpath.bind)."""
+    global _graph_hook
+    _graph_hook = f
+
+
+def graph_changed(g) -> None:
+    """The current graph g replaced its columns or caches."""
+    _graph_hook(g)
+
+
 class _State:
+    def __setattr__(self, name, value):
+        object.__setattr__(self, name, value)
+        if name == "graph":
+            _graph_hook(value)
+
     def __init__(self):
         self.strategy = Strategy.AGENDA
         env = os.environ.get("AUTOBATCH_STRATEGY")
