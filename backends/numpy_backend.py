@@ -90,16 +90,20 @@ class NumpyBackend:
             np.add.at(view, idx, vals)
 
     def add_rows(self, table, rows, vals):
-        """table[rows[k]] += vals[k], rows may repeat."""
-        vals = vals.reshape((len(rows),) + table.shape[1:])
-        if len(rows) < 512:
-            np.add.at(table, rows, vals)
-            return
-        # many rows (a whole minibatch of lookups): equal rows summed first, then one
-        # buffered add over distinct rows -- 2.5x faster than np.add.at here
-        from autobatch.ops.base import RowGrad
-        g = RowGrad(np.asarray(rows), vals).summed(np)
-        table[g.rows] += g.vals
+        """table[rows[k]] += vals[k], rows may repeat: repeated rows are summed first (one sort
+        and a segmented sum), then one take, add and put over distinct rows. np.add.at costs
+        about a microsecond a row here (23 us for a sentence's 20 words, against 3)."""
+        rows = np.asarray(rows)
+        n = len(rows)
+        vals = vals.reshape((n,) + table.shape[1:])
+        # a set finds repeats in a short list faster than the sort that summed() starts with
+        if n >= 512 or n > 1 and len(set(rows.tolist())) < n:
+            from autobatch.ops.base import RowGrad
+            g = RowGrad(rows, vals).summed(np)
+            rows, vals = g.rows, g.vals
+        got = table.take(rows, axis=0)
+        got += vals
+        table[rows] = got
 
     def to_host(self, a):
         return np.asarray(a)
