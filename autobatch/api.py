@@ -154,9 +154,9 @@ def inputMatrix(v, d) -> Expression:
     return inputTensor(a.reshape(d, order="F"))
 
 
-def scalarInput(x: float, device: str = "") -> Expression:
+def scalarInput(s: float, device: str = "") -> Expression:
     """A constant of shape (1,)."""
-    a = _numbers("scalarInput", x)
+    a = _numbers("scalarInput", s)
     if a.size != 1:
         raise GraphError(f"scalarInput: needs one number, got shape {a.shape} [at {user_line()}]")
     return _graph().add(OPS["input"], (), (1,), a.reshape(1))
@@ -280,8 +280,9 @@ def _matmul(a, b) -> Expression:
     return g.add(op, (_id(a, g), _id(b, g)))
 
 
-def affine_transform(xs: Sequence) -> Expression:
+def affine_transform(exprs: Sequence) -> Expression:
     """b + W1·x1 + W2·x2 + … from [b, W1, x1, W2, x2, …]; one GEMM per pair per batch."""
+    xs = exprs
     if type(xs) is not list:
         xs = list(xs)
     if len(xs) == 1:
@@ -357,9 +358,9 @@ def _bias_like(g, xs):
 # b and W are update=True parameters (need gradients, depth 0), as Parameters or as their
 # dy.parameter handles (DyNet 2.0's programs take handles of every parameter): only x is
 # looked at; handles find their entry under W's node (ComputationGraph.add_affine_nodes)
-affine_transform = fastpath.fast(affine_transform, _AFFINE, "xs", """
-if type(xs) is list and len(xs) == 3:
-    b, w, x = xs
+affine_transform = fastpath.fast(affine_transform, _AFFINE, "exprs", """
+if type(exprs) is list and len(exprs) == 3:
+    b, w, x = exprs
     if type(x) is _E and x.cg is g:
         xi = x.i
         # add_affine's last entry for W, or add_affine_nodes' for W's node (r[4]: b's node)
@@ -714,9 +715,9 @@ if type(v) is int and type(x) is _E and x.cg is g:
     if r is not None and r[4] is shapes[a] and 0 <= v < r[4][0]:""", ("a",), data="v")
 
 
-def hinge(x, index: int, m: float = 1.0) -> Expression:
-    """Σ_{j≠index} max(0, m - x[index] + x[j]) for a vector x (or a column, as in DyNet);
-    shape (1,)."""
+def hinge(x, v: int, m: float = 1.0) -> Expression:
+    """Σ_{j≠v} max(0, m - x[v] + x[j]) for a vector x (or a column, as in DyNet); shape (1,)."""
+    index = v
     s = _shape(x)
     if len(s) == 2 and s[1] == 1:
         x, s = reshape(x, s[:1]), s[:1]
@@ -725,8 +726,9 @@ def hinge(x, index: int, m: float = 1.0) -> Expression:
     return _op(OPS["hinge"], x, attr=float(m), data=_index_in("hinge", x, index, s[0]))
 
 
-def pick(x, index: int = 0, dim: int = 0) -> Expression:
+def pick(e, index: int = 0, dim: int = 0) -> Expression:
     """Element (vector) or slice (matrix) ``index`` along dimension ``dim``."""
+    x = e
     s = _shape(x)
     if not 0 <= dim < len(s):
         raise GraphError(f"pick: dimension {dim} out of range for shape {s} [at {user_line()}]")
@@ -743,7 +745,7 @@ def _unary(op, x, attr=None, data=None) -> Expression:
 
 # the inline paths of the unary ops with an attr and of the ones whose calls take more than x:
 # the entry (ComputationGraph.add_unary) holds x's shape and the attr the checks passed with
-pick = fastpath.unary_entry(pick, _PICK, "x, index=0, dim=0", "type(index) is int and dim == 0 and type(dim) is int",
+pick = fastpath.unary_entry(pick, _PICK, "e, index=0, dim=0", "type(index) is int and dim == 0 and type(dim) is int",
                             "r[5] == 0 and 0 <= index < r[4][0]", attr="0", data="index")
 
 
@@ -755,9 +757,9 @@ def pickrange(x, s: int, e: int, d: int = 0) -> Expression:
     return _op(OPS["pickrange"], x, attr=(int(s), int(e), int(d)))
 
 
-def select_rows(x, rows) -> Expression:
+def select_rows(x, rs) -> Expression:
     """The given rows of a matrix (elements of a vector), in order, repeats allowed."""
-    return _op(OPS["select_rows"], x, attr=tuple(int(r) for r in rows))
+    return _op(OPS["select_rows"], x, attr=tuple(int(r) for r in rs))
 
 
 def concatenate(xs: Sequence, d: int = 0) -> Expression:

@@ -16,27 +16,32 @@ __all__ = ["forward", "values", "npvalues", "cg_checkpoint", "cg_revert", "cg_ve
            "print_text_graphviz", "print_graphviz", "dump_cg", "sparse_inputTensor"]
 
 
-def forward(exprs: Sequence[Expression]) -> None:
-    """Compute all of ``exprs`` in one forward, so equal nodes among them are batched
-    together (calling value() on each in turn would batch only what each one needs)."""
-    exprs = [e for x in exprs for e in (x.xs if type(x) is BatchedExpression else (x,))]
-    if not exprs:
+def forward(exps: Sequence[Expression], recalculate: bool = False) -> None:
+    """Compute all of ``exps`` in one forward, so equal nodes among them are batched
+    together (calling value() on each in turn would batch only what each one needs).
+    recalculate: recompute the whole graph (fresh random numbers), as Expression.forward's."""
+    exps = [e for x in exps for e in (x.xs if type(x) is BatchedExpression else (x,))]
+    if not exps:
         return
     g = _graph()
-    ids = [_id(e, g) for e in exprs]
+    ids = [_id(e, g) for e in exps]
+    if recalculate:
+        g.invalidate()
     g.forward_to(max(ids))
 
 
-def values(exprs: Sequence[Expression]) -> list:
-    """[e.value() for e in exprs], computed in one forward."""
-    forward(exprs)
-    return [e.value() for e in exprs]
+def values(exps: Sequence[Expression], recalculate: bool = False) -> list:
+    """[e.value() for e in exps], computed in one forward."""
+    exps = list(exps)
+    forward(exps, recalculate)
+    return [e.value() for e in exps]
 
 
-def npvalues(exprs: Sequence[Expression]) -> list:
-    """[e.npvalue() for e in exprs], computed in one forward."""
-    forward(exprs)
-    return [e.npvalue() for e in exprs]
+def npvalues(exps: Sequence[Expression], recalculate: bool = False) -> list:
+    """[e.npvalue() for e in exps], computed in one forward."""
+    exps = list(exps)
+    forward(exps, recalculate)
+    return [e.npvalue() for e in exps]
 
 
 def cg_checkpoint() -> None:
@@ -75,16 +80,43 @@ def print_text_graphviz(file=None) -> None:
     print("\n".join(lines), file=out)
 
 
-print_graphviz = print_text_graphviz
+def print_graphviz(compact: bool = False, show_dims: bool = True, expr_names=None, lookup_names=None,
+                   cluster=None, **kwargs) -> None:
+    """DyNet's print_graphviz, whose keywords (compact, show_dims, ...) select what its
+    visualisation build draws: here they are accepted and the graph is printed as
+    print_text_graphviz() prints it (file=... chooses where)."""
+    print_text_graphviz(kwargs.get("file"))
 
 
-def dump_cg(file=None) -> None:
-    """Print the current graph, one node per line, with the signature it batches under."""
+def dump_cg(filename="", show_values: bool = True, show_gradients: bool = True,
+            nan_check_only: bool = False, *, file=None) -> None:
+    """Print the current graph, one node per line, with the signature it batches under; with
+    show_values / show_gradients, each computed node's value and last gradient too (as
+    DyNet's dump). filename: a path to write to (DyNet's), or a file object; nothing: stdout.
+    nan_check_only: list only the nodes whose value or gradient holds a NaN or an infinity."""
     g = _graph()
+    if hasattr(filename, "write"):
+        file, filename = filename, ""
+    if filename:
+        with open(filename, "w") as f:
+            return dump_cg("", show_values, show_gradients, nan_check_only, file=f)
     out = file or sys.stdout
+    exe = g.exe
     for i in range(g.node_count()):
         sig = g.sigs[i]
-        print(_label(g, i) + (f"  [{g.sig_name(sig)}]" if sig >= 0 else ""), file=out)
+        computed = i < exe.done or i in g.ext
+        val = exe.value(i) if computed and (show_values or nan_check_only) else None
+        grad = exe.gradient(i) if computed and (show_gradients or nan_check_only) and \
+            i not in exe.viewed else None
+        if nan_check_only and not any(a is not None and not np.isfinite(g.backend.to_host(a)).all()
+                                      for a in (val, grad)):
+            continue
+        line = _label(g, i) + (f"  [{g.sig_name(sig)}]" if sig >= 0 else "")
+        if show_values and val is not None:
+            line += "  value=" + np.array2string(g.backend.to_host(val).reshape(-1), threshold=8, max_line_width=1 << 30)
+        if show_gradients and grad is not None:
+            line += "  grad=" + np.array2string(g.backend.to_host(grad).reshape(-1), threshold=8, max_line_width=1 << 30)
+        print(line, file=out)
 
 
 def sparse_inputTensor(idxs, values, shape, batched: bool = False, defval: float = 0.0,

@@ -52,16 +52,16 @@ def pick_range(x, s: int, e: int, d: int = 0) -> Expression:
     return pickrange(x, _int("pick_range", "s", s), _int("pick_range", "e", e), _int("pick_range", "d", d))
 
 
-def select_cols(x, cols: Sequence[int]) -> Expression:
-    """The given columns of a matrix (m, n), in order, repeats allowed: (m, len(cols))."""
-    return _op(OPS["select_cols"], x, attr=_ints("select_cols", "cols", cols))
+def select_cols(x, cs: Sequence[int]) -> Expression:
+    """The given columns of a matrix (m, n), in order, repeats allowed: (m, len(cs))."""
+    return _op(OPS["select_cols"], x, attr=_ints("select_cols", "cs", cs))
 
 
-def kmh_ngram(x, n: int) -> Expression:
-    """Sums of n consecutive columns of a matrix, as DyNet's: (r, c) -> (r, c - n + 1), column
-    j the sum of columns j..j+n-1 (n of 1 to c)."""
+def kmh_ngram(x, v: int) -> Expression:
+    """Sums of v consecutive columns of a matrix, as DyNet's: (r, c) -> (r, c - v + 1), column
+    j the sum of columns j..j+v-1 (v of 1 to c)."""
     s = _shape(x)
-    n = _int("kmh_ngram", "n", n, 1)
+    n = _int("kmh_ngram", "v", v, 1)
     if len(s) != 2 or n > s[1]:
         raise GraphError(f"kmh_ngram: needs a matrix of at least n columns, got shape {s} and n={n} "
                          f"[at {user_line()}]")
@@ -95,9 +95,9 @@ def strided_select(x, strides: Sequence[int], range_from: Sequence[int] = (),
     return _op(OPS["strided_select"], x, attr=attr)
 
 
-def one_hot(d: int, idx: int) -> Expression:
+def one_hot(d: int, idx: int, device: str = "") -> Expression:
     """A constant vector (d,) with 1 at idx and 0 elsewhere; a list idx makes DyNet's
-    minibatch of them."""
+    minibatch of them. device: DyNet's, accepted and unused (a graph lives on one backend)."""
     if isinstance(idx, (list, tuple, np.ndarray)):      # DyNet's minibatch: one vector per index
         return minibatch.batch_of([one_hot(d, i) for i in idx])
     d = _int("one_hot", "d", d, 1)
@@ -122,9 +122,9 @@ def kmax_pooling(x, k: int, d: int = 1) -> Expression:
 
 
 # --- columns, contractions ---------------------------------------------------------------------
-def colwise_add(x, bias) -> Expression:
-    """bias (m,) added to each column of the matrix x (m, n); shape (m, n)."""
-    return _op(OPS["colwise_add"], x, bias)
+def colwise_add(x, y) -> Expression:
+    """y (m,) added to each column of the matrix x (m, n); shape (m, n)."""
+    return _op(OPS["colwise_add"], x, y)
 
 
 def _shared_or(name: str, w):
@@ -179,10 +179,10 @@ def logdet(x) -> Expression:
 
 
 # --- convolution, pooling --------------------------------------------------------------------------
-def filter1d_narrow(x, f) -> Expression:
-    """Narrow 1-D convolution (a cross-correlation) of x (d, n) with f (d, w), or with m
-    filters f (d, w, m): y[o, j] = Σ_{r,c} x[r, j+c]·f[r, c, o]; shape (1 or m, n-w+1)."""
-    return _op(_shared_or("filter1d_narrow", f), x, f)
+def filter1d_narrow(x, y) -> Expression:
+    """Narrow 1-D convolution (a cross-correlation) of x (d, n) with filters y (d, w), or m of
+    them, y (d, w, m): out[o, j] = Σ_{r,c} x[r, j+c]·y[r, c, o]; shape (1 or m, n-w+1)."""
+    return _op(_shared_or("filter1d_narrow", y), x, y)
 
 
 def conv2d(x, f, stride: Sequence[int], is_valid: bool = True) -> Expression:

@@ -199,14 +199,14 @@ class _Builder:
         layers, input_dim, hidden_dim = spec[:3]
         return cls(layers, input_dim, hidden_dim, model)
 
-    def set_dropout(self, p: float, p_h: Optional[float] = None) -> None:
-        """Dropout rate on each layer's input (and, for the LSTM, on the recurrent h:
-        p_h, default p). Applied only while ``dy.set_dropout`` is on."""
-        for v in (p, p_h):
+    def set_dropout(self, f: float, p_h: Optional[float] = None) -> None:
+        """Dropout rate f on each layer's input (and, for the LSTM, on the recurrent h:
+        p_h, default f). Applied only while ``dy.set_dropout`` is on."""
+        for v in (f, p_h):
             if v is not None and not 0 <= v < 1:
                 raise ValueError(f"set_dropout: rate must be in [0, 1), got {v} [at {user_line()}]")
-        self.dropout = float(p)
-        self.dropout_h = float(p if p_h is None else p_h)
+        self.dropout = float(f)
+        self.dropout_h = float(f if p_h is None else p_h)
 
     def disable_dropout(self) -> None:
         self.dropout = self.dropout_h = 0.0
@@ -498,8 +498,11 @@ class SimpleRNNBuilder(_Builder):
 
     _kind = "simple-rnn"
     _variational = True
-    set_dropouts = VanillaLSTMBuilder.set_dropouts
     set_dropout_masks = VanillaLSTMBuilder.set_dropout_masks
+
+    def set_dropouts(self, d: float, d_h: float) -> None:
+        """DyNet's name for set_dropout(d, d_h): rates on the input and on h_prev."""
+        self.set_dropout(d, d_h)
 
     def _make_layer(self, in_dim: int) -> list:
         H, m = self.hidden_dim, self.model

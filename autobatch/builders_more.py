@@ -154,11 +154,11 @@ class CoupledLSTMBuilder(_Builder):
             out.append(m.add_parameters((H,), ConstInitializer(0.0)))
         return out
 
-    def set_dropout(self, p: float, p_h: Optional[float] = None, p_c: Optional[float] = None) -> None:
-        """Dropout rates on x, h_prev and the cell (p_h, p_c default to p)."""
-        self.dropout = _rate("set_dropout", p)
-        self.dropout_h = _rate("set_dropout", p if p_h is None else p_h)
-        self.dropout_c = _rate("set_dropout", p if p_c is None else p_c)
+    def set_dropout(self, f: float, p_h: Optional[float] = None, p_c: Optional[float] = None) -> None:
+        """Dropout rates on x (f), h_prev and the cell (p_h, p_c default to f)."""
+        self.dropout = _rate("set_dropout", f)
+        self.dropout_h = _rate("set_dropout", f if p_h is None else p_h)
+        self.dropout_c = _rate("set_dropout", f if p_c is None else p_c)
 
     def disable_dropout(self) -> None:
         self.dropout = self.dropout_h = self.dropout_c = 0.0

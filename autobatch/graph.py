@@ -462,6 +462,31 @@ class ComputationGraph:
         self._sigtab = {k: v for k, v in self._sigtab.items()
                         if type(k) is not tuple or not any(type(a) is int and a >= n for a in k[1:])}
 
+    # --- DyNet's methods of dy.cg() ---------------------------------------------------------
+    def renew(self, immediate_compute: bool = False, check_validity: bool = False,
+              autobatching=None) -> "ComputationGraph":
+        """renew_cg(...): DyNet renews its one graph in place; here the new current graph is
+        returned (and this one becomes stale)."""
+        return renew_cg(immediate_compute, check_validity, autobatching)
+
+    def print_graphviz(self, **kwargs) -> None:
+        """dy.print_graphviz(**kwargs) of this graph (the current one)."""
+        from .api_graph import print_graphviz
+        self._current("print_graphviz")
+        print_graphviz(**kwargs)
+
+    def dump(self, filename="", show_values: bool = True, show_gradients: bool = True,
+             nan_check_only: bool = False) -> None:
+        """dy.dump_cg(...) of this graph (the current one)."""
+        from .api_graph import dump_cg
+        self._current("dump")
+        dump_cg(filename, show_values, show_gradients, nan_check_only)
+
+    def _current(self, what):
+        if runtime.state().graph is not self:
+            raise StaleExpressionError(f"{what}: this computation graph was renewed or closed "
+                                       f"[at {user_line()}]")
+
     def version(self) -> int:
         """Which graph this is: a new number at every renew_cg()."""
         return self.gid
@@ -828,11 +853,19 @@ def cg() -> ComputationGraph:
     return g
 
 
-def renew_cg(autobatching=None, immediate_compute: bool = False, check_validity: bool = False) -> ComputationGraph:
+def renew_cg(immediate_compute: bool = False, check_validity: bool = False, autobatching=None) -> ComputationGraph:
     """Start a new graph; expressions of the old one become stale.
 
-    autobatching: None (the default strategy), "none"|"depth"|"agenda", a Strategy,
-    DyNet's 0/1/2 or a bool."""
+    The arguments in DyNet's order. autobatching: None (the default strategy),
+    "none"|"depth"|"agenda", a Strategy, DyNet's 0/1/2 or a bool. A strategy name or Strategy
+    given first (``renew_cg("depth")``) is taken as autobatching; a bool or number first is
+    DyNet's immediate_compute. immediate_compute and check_validity (DyNet's debugging aids)
+    are accepted and change nothing: ``dy.set_debug(True)`` names each node's line instead."""
+    if isinstance(immediate_compute, (str, runtime.Strategy)):
+        if autobatching is not None:
+            raise TypeError(f"renew_cg: a strategy given first and autobatching={autobatching!r} "
+                            f"[at {user_line()}]")
+        immediate_compute, autobatching = False, immediate_compute
     rt = runtime.state()
     if getattr(rt.graph, "is_trace", False):
         rt.graph.refuse("renew_cg()")

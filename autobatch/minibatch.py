@@ -231,10 +231,10 @@ def lookup_batch(p, indices, update: bool = True):
     return batch_of(lookup(p, i, update) for i in _ints("lookup_batch", indices))
 
 
-def pick_batch(x, indices, dim: int = 0):
-    """pick(element k, indices[k], dim) for each batch element (an unbatched x: for each index)."""
+def pick_batch(e, indices, dim: int = 0):
+    """pick(element k, indices[k], dim) for each batch element (an unbatched e: for each index)."""
     from .api import pick
-    return _per_index("pick_batch", pick, x, indices, dim)
+    return _per_index("pick_batch", pick, e, indices, dim)
 
 
 def pickneglogsoftmax_batch(x, vs):

@@ -226,7 +226,13 @@ _NAMED_INITS = ("identity", "glorot", "he", "uniform", "normal")
 
 def _named(init, shape, scale, mean, std, what):
     """DyNet's initializers by name (add_parameters(dim, init='uniform', scale=a), 'normal' with
-    mean= and std=, 'identity', 'glorot', 'he'); scale, mean and std serve those names only."""
+    mean= and std=, 'identity', 'glorot', 'he'); scale, mean and std serve those names only:
+    any other init comes back as it is (DyNet 2.1 ignores scale there, as we do, but says so)."""
+    if scale != 1.0 and not (isinstance(init, str) and init == "uniform"):
+        warn_user(f"{what}: scale={scale!r} is used with init='uniform' only (as in DyNet); "
+                  f"it does not scale the values of init={init!r}")
+    if not isinstance(init, str):
+        return init
     if init == "identity":
         return IdentityInitializer()
     if init == "glorot":
@@ -249,12 +255,12 @@ class Parameter:
     # the forget bias that its step now adds, as DyNet's); None: they held the value itself
     npz_offset = None
 
-    def __init__(self, shape, init=None, name="", scale=1.0):
+    def __init__(self, shape, init=None, name=""):
         rt = runtime.state()
         self.xp = rt.backend.xp
         self.dtype = rt.dtype
         self._name = name
-        self.data = self.xp.asarray(_initial(init, shape, self.is_lookup) * scale, dtype=self.dtype)
+        self.data = self.xp.asarray(_initial(init, shape, self.is_lookup), dtype=self.dtype)
         self.grad = self.xp.zeros_like(self.data)
         self.updated = True     # False: trainers skip it (DyNet's set_updated)
         self.touched = False    # a graph added gradient since the last update
@@ -434,8 +440,8 @@ class LookupParameter(Parameter):
 
     is_lookup = True
 
-    def __init__(self, shape, init=None, name="", scale=1.0):
-        super().__init__(shape, init, name, scale)
+    def __init__(self, shape, init=None, name=""):
+        super().__init__(shape, init, name)
         self.rows_used: list = []    # index arrays of rows that got gradient (RowGrad)
         self.all_updated = False     # the whole table got a dense gradient (used as a matrix)
 
@@ -474,22 +480,22 @@ class LookupParameter(Parameter):
                              f"{user_line()}]")
         self.data[i] = self.xp.asarray(row, dtype=self.dtype)
 
-    def row_as_array(self, i: int) -> np.ndarray:
-        return runtime.state().backend.to_host(self.data[self._row(i)]).copy()
+    def row_as_array(self, row: int) -> np.ndarray:
+        return runtime.state().backend.to_host(self.data[self._row(row)]).copy()
 
     def rows_as_array(self, rows) -> np.ndarray:
         return np.stack([self.row_as_array(i) for i in rows])
 
-    def row_grad_as_array(self, i: int) -> np.ndarray:
-        return runtime.state().backend.to_host(self.grad[self._row(i)]).copy()
+    def row_grad_as_array(self, row: int) -> np.ndarray:
+        return runtime.state().backend.to_host(self.grad[self._row(row)]).copy()
 
     def rows_grad_as_array(self, rows) -> np.ndarray:
         return np.stack([self.row_grad_as_array(i) for i in rows])
 
-    def batch(self, rows):
-        """DyNet's minibatch lookup: see lookup_batch."""
+    def batch(self, i):
+        """DyNet's minibatch lookup of the rows i: see lookup_batch."""
         from .api_random import lookup_batch
-        return lookup_batch(self, rows)
+        return lookup_batch(self, i)
 
     def used_rows(self):
         """Sorted unique rows that got gradient since the last clear (an xp index array),
@@ -555,11 +561,11 @@ class ParameterCollection:
                        mean: float = 0.0, std: float = 1.0) -> Parameter:
         """A dense parameter of shape ``dim``; init: None (Glorot), a number, an array, an
         Initializer, or DyNet's names: 'uniform' (in ±scale), 'normal' (mean, std), 'identity',
-        'glorot', 'he'. scale with any other init multiplies the initial values."""
+        'glorot', 'he'. As in DyNet, scale serves 'uniform' only (elsewhere it is ignored, with a
+        warning), mean and std 'normal' only."""
         shape = _array_shape(init, _as_shape(dim), "add_parameters")
-        if isinstance(init, str):
-            init, scale = _named(init, shape, scale, mean, std, "add_parameters"), 1.0
-        p = Parameter(shape, init, self._prefix + self._unique(name, self._taken), scale)
+        init = _named(init, shape, scale, mean, std, "add_parameters")
+        p = Parameter(shape, init, self._prefix + self._unique(name, self._taken))
         self._items.append(p)
         return p
 
@@ -574,9 +580,8 @@ class ParameterCollection:
         shape = _array_shape(init, shape, "add_lookup_parameters")
         if len(shape) < 2:
             raise ValueError(f"add_lookup_parameters needs (n_rows, row_dim), got {dim!r} [at {user_line()}]")
-        if isinstance(init, str):
-            init, scale = _named(init, shape, scale, mean, std, "add_lookup_parameters"), 1.0
-        p = LookupParameter(shape, init, self._prefix + self._unique(name, self._taken), scale)
+        init = _named(init, shape, scale, mean, std, "add_lookup_parameters")
+        p = LookupParameter(shape, init, self._prefix + self._unique(name, self._taken))
         self._items.append(p)
         return p
 
@@ -735,14 +740,14 @@ class ParameterCollection:
         what = "lookup parameter" if lookup else "parameter"
         raise KeyError(f"{where}: no {what} named {key!r} in {path} [at {user_line()}]")
 
-    def load_param(self, path: str, key: str) -> Parameter:
-        """The saved dense parameter named key (its full name, e.g. "/W" or "/enc/_0"), added
-        to this collection with its saved value."""
-        return self._load_one(path, key, lookup=False)
+    def load_param(self, fname: str, key: str) -> Parameter:
+        """The saved dense parameter named key (its full name, e.g. "/W" or "/enc/_0") in the
+        file fname, added to this collection with its saved value."""
+        return self._load_one(fname, key, lookup=False)
 
-    def load_lookup_param(self, path: str, key: str) -> LookupParameter:
+    def load_lookup_param(self, fname: str, key: str) -> LookupParameter:
         """As ``load_param`` for a lookup table."""
-        return self._load_one(path, key, lookup=True)
+        return self._load_one(fname, key, lookup=True)
 
     def load(self, path: str) -> list:
         """DyNet 1's ``model.load(fname)``: ``dy.load(path, self)``."""

@@ -293,19 +293,25 @@ def _take(saved, k, n, kind, prefix, where):
     return got
 
 
-def load_generator(basename: str, model: ParameterCollection, trusted: bool = False):
+def load_generator(basename: str, params: ParameterCollection = None, trusted: bool = False, *, model=None):
     """``load`` as a generator (DyNet's name). All objects are checked and created before
-    the first is yielded, so that an error still leaves model as it was."""
-    yield from load(basename, model, trusted)
+    the first is yielded, so that an error still leaves params as it was."""
+    yield from load(basename, params, trusted, model=model)
 
 
-def load(basename: str, model: ParameterCollection, trusted: bool = False) -> list:
-    """The objects ``save(basename, objects)`` (ours or DyNet's) wrote, re-created in model with
-    their saved values, in the same order. Everything is checked before values are set; on an
-    error model is left as it was. trusted: the specs may hold any objects, unpickled as
-    DyNet's load does (which runs whatever the file names: only for files you trust)."""
+def load(basename: str, params: ParameterCollection = None, trusted: bool = False, *, model=None) -> list:
+    """The objects ``save(basename, objects)`` (ours or DyNet's) wrote, re-created in params (a
+    ParameterCollection; also model=, this library's first name for it) with their saved
+    values, in the same order. Everything is checked before values are set; on an error
+    params is left as it was. trusted: the specs may hold any objects, unpickled as DyNet's
+    load does (which runs whatever the file names: only for files you trust)."""
+    if model is not None:
+        if params is not None:
+            raise TypeError(f"load: params and model name the same argument; give one [at {user_line()}]")
+        params = model
+    model = params
     if not isinstance(model, ParameterCollection):
-        raise TypeError(f"load: model must be a ParameterCollection, got {type(model).__name__} [at {user_line()}]")
+        raise TypeError(f"load: params must be a ParameterCollection, got {type(model).__name__} [at {user_line()}]")
     records, saved, old = _read_records(basename, trusted)
     mark = model._mark()
     try:

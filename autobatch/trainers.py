@@ -56,8 +56,8 @@ class Trainer:
         """True (default): lookup tables update only the rows that got gradient."""
         self.sparse_updates_enabled = bool(su)
 
-    def set_learning_rate(self, lr: float) -> None:
-        self.learning_rate = float(lr)
+    def set_learning_rate(self, value: float) -> None:
+        self.learning_rate = float(value)
 
     def whoami(self) -> str:
         return type(self).__name__

@@ -191,7 +191,9 @@ def test_user_subclass_overriding_init():
     m = dy.ParameterCollection()
     np.testing.assert_array_equal(m.add_parameters((2, 2), init=Arange()).as_array(), [[0, 1], [2, 3]])
     np.testing.assert_array_equal(m.add_lookup_parameters((2, 1), init=Arange()).as_array(), [[100], [101]])
-    np.testing.assert_array_equal(m.add_parameters(3, init=WithArgs(4.5), scale=2).as_array(), [9, 9, 9])
+    # scale serves init='uniform' only, as in DyNet 2.1 (which ignores it silently; we warn)
+    with pytest.warns(UserWarning, match="scale=2 is used with init='uniform' only"):
+        np.testing.assert_array_equal(m.add_parameters(3, init=WithArgs(4.5), scale=2).as_array(), [4.5] * 3)
 
 
 def test_exported_as_in_dynet():
