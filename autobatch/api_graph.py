@@ -70,7 +70,13 @@ def _label(g, i: int) -> str:
 
 def print_text_graphviz(file=None) -> None:
     """Print the current graph in Graphviz's dot language (one line per node and edge)."""
-    g = _graph()
+    dot(_graph(), file)
+
+
+def dot(g, file=None) -> None:
+    """print_text_graphviz of graph g."""
+    if getattr(g, "is_trace", False):
+        g.refuse("print_graphviz()")
     out = file or sys.stdout
     lines = ["digraph G {", "  rankdir=LR;", "  nodesep=.05;"]
     for i in range(g.node_count()):
@@ -81,11 +87,13 @@ def print_text_graphviz(file=None) -> None:
 
 
 def print_graphviz(compact: bool = False, show_dims: bool = True, expr_names=None, lookup_names=None,
-                   cluster=None, **kwargs) -> None:
+                   cluster=None, file=None) -> None:
     """DyNet's print_graphviz, whose keywords (compact, show_dims, ...) select what its
     visualisation build draws: here they are accepted and the graph is printed as
-    print_text_graphviz() prints it (file=... chooses where)."""
-    print_text_graphviz(kwargs.get("file"))
+    print_text_graphviz() prints it (to file, or stdout; a file given first goes there too)."""
+    if hasattr(compact, "write"):           # print_graphviz(f): this function's first form
+        file = compact
+    dot(_graph(), file)
 
 
 def dump_cg(filename="", show_values: bool = True, show_gradients: bool = True,
@@ -94,12 +102,19 @@ def dump_cg(filename="", show_values: bool = True, show_gradients: bool = True,
     show_values / show_gradients, each computed node's value and last gradient too (as
     DyNet's dump). filename: a path to write to (DyNet's), or a file object; nothing: stdout.
     nan_check_only: list only the nodes whose value or gradient holds a NaN or an infinity."""
-    g = _graph()
+    dump(_graph(), filename, show_values, show_gradients, nan_check_only, file)
+
+
+def dump(g, filename="", show_values: bool = True, show_gradients: bool = True,
+         nan_check_only: bool = False, file=None) -> None:
+    """dump_cg of graph g."""
+    if getattr(g, "is_trace", False):
+        g.refuse("dump_cg()")
     if hasattr(filename, "write"):
         file, filename = filename, ""
     if filename:
         with open(filename, "w") as f:
-            return dump_cg("", show_values, show_gradients, nan_check_only, file=f)
+            return dump(g, "", show_values, show_gradients, nan_check_only, f)
     out = file or sys.stdout
     exe = g.exe
     for i in range(g.node_count()):
@@ -113,10 +128,14 @@ def dump_cg(filename="", show_values: bool = True, show_gradients: bool = True,
             continue
         line = _label(g, i) + (f"  [{g.sig_name(sig)}]" if sig >= 0 else "")
         if show_values and val is not None:
-            line += "  value=" + np.array2string(g.backend.to_host(val).reshape(-1), threshold=8, max_line_width=1 << 30)
+            line += "  value=" + _numbers(g, val)
         if show_gradients and grad is not None:
-            line += "  grad=" + np.array2string(g.backend.to_host(grad).reshape(-1), threshold=8, max_line_width=1 << 30)
+            line += "  grad=" + _numbers(g, grad)
         print(line, file=out)
+
+
+def _numbers(g, a) -> str:
+    return np.array2string(g.backend.to_host(a).reshape(-1), threshold=8, max_line_width=1 << 30)
 
 
 def sparse_inputTensor(idxs, values, shape, batched: bool = False, defval: float = 0.0,

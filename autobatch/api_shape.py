@@ -63,7 +63,7 @@ def kmh_ngram(x, v: int) -> Expression:
     s = _shape(x)
     n = _int("kmh_ngram", "v", v, 1)
     if len(s) != 2 or n > s[1]:
-        raise GraphError(f"kmh_ngram: needs a matrix of at least n columns, got shape {s} and n={n} "
+        raise GraphError(f"kmh_ngram: needs a matrix of at least v columns, got shape {s} and v={n} "
                          f"[at {user_line()}]")
     m = s[1] - n + 1
     return esum([select_cols(x, list(range(t, t + m))) for t in range(n)])

@@ -8,6 +8,7 @@ nodes lack, are dicts. Ids are topological: arguments always precede their users
 "everything up to node i" is a closed set."""
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 import time
@@ -111,6 +112,19 @@ class Derived:
 
     def __repr__(self):
         return repr(list(self))
+
+
+def _follows_current(method):
+    """DyNet's dy.cg() is one graph that renew_cg() renews in place, so DyNet programs keep a
+    handle to it across renewals; here every renewal makes a new graph. Called on a renewed
+    (or closed) graph, the methods of DyNet's graph object act on the current one, as they
+    would in DyNet; a renewed graph's expressions stay stale."""
+    @functools.wraps(method)
+    def f(self, *args, **kwargs):
+        if not self.alive:
+            self = cg()
+        return method(self, *args, **kwargs)
+    return f
 
 
 class ComputationGraph:
@@ -415,10 +429,12 @@ class ComputationGraph:
             runtime.graph_changed(self)
 
     # --- DyNet's checkpoints: build a candidate, evaluate it, drop it (beam search) -------
+    @_follows_current
     def checkpoint(self) -> None:
         """Remember the current end of the graph; revert() drops what is built after it."""
         self._checkpoints.append(len(self.sigs))
 
+    @_follows_current
     def revert(self) -> None:
         """Drop every node built since the last checkpoint() (nothing if there is none, as in
         DyNet). Expressions of dropped nodes must not be used again: their ids are reused."""
@@ -462,33 +478,31 @@ class ComputationGraph:
         self._sigtab = {k: v for k, v in self._sigtab.items()
                         if type(k) is not tuple or not any(type(a) is int and a >= n for a in k[1:])}
 
-    # --- DyNet's methods of dy.cg() ---------------------------------------------------------
+    # --- DyNet's methods of dy.cg() (called on a renewed graph: of the current one) ---------
     def renew(self, immediate_compute: bool = False, check_validity: bool = False,
               autobatching=None) -> "ComputationGraph":
-        """renew_cg(...): DyNet renews its one graph in place; here the new current graph is
-        returned (and this one becomes stale)."""
+        """renew_cg(...): the new current graph (DyNet renews its one graph in place; a handle
+        to this one still reaches it through these methods)."""
         return renew_cg(immediate_compute, check_validity, autobatching)
 
-    def print_graphviz(self, **kwargs) -> None:
-        """dy.print_graphviz(**kwargs) of this graph (the current one)."""
-        from .api_graph import print_graphviz
-        self._current("print_graphviz")
-        print_graphviz(**kwargs)
+    @_follows_current
+    def print_graphviz(self, compact: bool = False, show_dims: bool = True, expr_names=None,
+                       lookup_names=None, cluster=None, file=None) -> None:
+        """dy.print_graphviz(...) of this graph (keywords as there)."""
+        from .api_graph import dot
+        dot(self, file)
 
+    @_follows_current
     def dump(self, filename="", show_values: bool = True, show_gradients: bool = True,
              nan_check_only: bool = False) -> None:
-        """dy.dump_cg(...) of this graph (the current one)."""
-        from .api_graph import dump_cg
-        self._current("dump")
-        dump_cg(filename, show_values, show_gradients, nan_check_only)
+        """dy.dump_cg(...) of this graph."""
+        from .api_graph import dump
+        dump(self, filename, show_values, show_gradients, nan_check_only)
 
-    def _current(self, what):
-        if runtime.state().graph is not self:
-            raise StaleExpressionError(f"{what}: this computation graph was renewed or closed "
-                                       f"[at {user_line()}]")
-
+    @_follows_current
     def version(self) -> int:
-        """Which graph this is: a new number at every renew_cg()."""
+        """Which graph this is: a new number at every renew_cg() (of the current graph, when
+        called on a renewed one, as DyNet's)."""
         return self.gid
 
     def invalidate(self) -> None:

@@ -268,6 +268,19 @@ def test_numpy_add_rows_sums_repeated_rows(n, width):
     np.testing.assert_allclose(table, want, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("rows", [[], [2], [1, 1], [-1, 3], [3, -1, 0, -4], [0, 1, 2, 3]])
+@pytest.mark.parametrize("width", [(), (3,)])
+def test_numpy_add_rows_edge_rows(rows, width):
+    """As np.add.at: an empty list, a 1-D table, and negative rows (-1 is the last row, so -1
+    and 3 of 4 rows are one row, added twice)."""
+    table = np.arange(4.0 * int(np.prod(width))).reshape((4,) + width)
+    vals = np.ones((len(rows),) + width)
+    want = table.copy()
+    np.add.at(want, np.asarray(rows, dtype=np.intp), vals)
+    NumpyBackend().add_rows(table, rows, vals)
+    np.testing.assert_array_equal(table, want)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 40), st.integers(2, 400), st.sampled_from([1, 8, 200]), st.integers(0, 2**31))
 def test_row_grad_summed_has_each_row_once_with_its_sum(V, n, d, seed):

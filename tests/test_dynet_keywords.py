@@ -73,9 +73,53 @@ def test_cg_methods_of_dynet():
     y.value()
     out = io.StringIO()
     g2.print_graphviz(compact=True, file=out)
-    assert "digraph" in out.getvalue()
-    with pytest.raises(dy.StaleExpressionError, match="dump"):
-        g.dump()
+    assert "digraph" in out.getvalue() and "sum_elems" in out.getvalue()
+
+
+def test_a_graph_handle_kept_across_renewals_reaches_the_current_graph():
+    # DyNet's dy.cg() is one object renewed in place: programs keep it; its methods then act
+    # on the graph in use (the renewed graph's expressions stay stale)
+    g = dy.cg()
+    versions = set()
+    for k in range(3):
+        g.renew()
+        x = dy.inputVector([1.0, 2.0 + k])
+        versions.add(g.version())
+        assert g.version() == dy.cg().version() == dy.cg_version()
+        out = io.StringIO()
+        g.dump(out)
+        assert "input" in out.getvalue() and out.getvalue().count("\n") == 1
+        n0 = dy.cg().node_count()
+        g.checkpoint()
+        dy.tanh(x) * 3.0
+        g.revert()
+        assert dy.cg().node_count() == n0
+        out = io.StringIO()
+        g.print_graphviz(file=out)
+        assert "N0" in out.getvalue()
+    assert len(versions) == 3
+    with pytest.raises(dy.StaleExpressionError):
+        dy.renew_cg()
+        x.value()
+
+
+def test_graph_methods_inside_a_vertex_function_say_so(m):
+    W = m.add_parameters((2, 2))
+    for call in (lambda: dy.cg().renew(), lambda: dy.cg().dump(), lambda: dy.cg().print_graphviz(),
+                 lambda: dy.dump_cg(), lambda: dy.print_graphviz()):
+        @dy.vertex_function(max_children=1)
+        def f(v):
+            call()
+            v.push("h", W * v.pull("x"))
+        with pytest.raises(dy.GraphError, match="inside vertex function f"):
+            f([dy.InputGraph([[]])], x=[[np.ones(2)]])
+
+
+def test_print_graphviz_takes_a_file_first_as_before(m):
+    dy.sum_elems(dy.inputVector([1.0]))
+    out = io.StringIO()
+    dy.print_graphviz(out)
+    assert out.getvalue().startswith("digraph")
 
 
 def test_dump_cg_writes_a_file_and_values(m, tmp_path):

@@ -78,6 +78,15 @@ class TraceGraph(ThroughAdd):
     def revert(self):
         self.refuse("cg_revert()")
 
+    def renew(self, *args, **kwargs):
+        self.refuse("cg().renew()")
+
+    def dump(self, *args, **kwargs):
+        self.refuse("cg().dump()")
+
+    def print_graphviz(self, *args, **kwargs):
+        self.refuse("cg().print_graphviz()")
+
     def __init__(self, name, dtype, xp):
         self.name = name
         self.alive = True
