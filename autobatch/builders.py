@@ -21,7 +21,7 @@ from .api_reduce import layer_norm
 from .errors import GraphError, user_line
 from .graph import Expression
 from .minibatch import BatchedExpression, batch_of, run_per_element
-from .params import ConstInitializer, ParameterCollection
+from .params import ConstInitializer, Parameter, ParameterCollection
 
 __all__ = ["RNNState", "VanillaLSTMBuilder", "LSTMBuilder", "SimpleRNNBuilder", "GRUBuilder"]
 
@@ -251,6 +251,7 @@ class _Builder:
     def _check_vecs(self, es: list, n: int, where: str) -> list:
         if len(es) != n:
             raise GraphError(f"{type(self).__name__}.{where}: needs {n} vectors, got {len(es)} [at {user_line()}]")
+        es = [dy.parameter(e) if isinstance(e, Parameter) else e for e in es]     # as DyNet takes them
         es = [dy.reshape(e, (self.hidden_dim,)) if _shape_of(e) == (self.hidden_dim, 1) else e for e in es]
         for e in es:
             if _shape_of(e) != (self.hidden_dim,):
@@ -271,6 +272,8 @@ class _Builder:
         return self._check_vecs(es, L, where), None
 
     def _step(self, state: RNNState, x: Expression) -> RNNState:
+        if isinstance(x, Parameter):                 # DyNet takes a parameter for its expression
+            x = dy.parameter(x)
         if _shape_of(x) == (self.input_dim, 1):      # a column passes for a vector, as in DyNet
             x = dy.reshape(x, (self.input_dim,))
         if _shape_of(x) != (self.input_dim,):

@@ -418,3 +418,22 @@ def test_lstm_set_dropout_masks_redraws_mid_sequence(f64):
     s3 = s1.add_inputs([dy.inputVector(x)] * 2)
     ms = [_mask(s.s()[0].npvalue(), x) for s in [s1] + s3]
     assert ms[1] == ms[2] and ms[0] != ms[1]
+
+
+@pytest.mark.parametrize("cls", [dy.VanillaLSTMBuilder, dy.SimpleRNNBuilder, dy.GRUBuilder])
+def test_a_parameter_serves_as_input_and_state_as_in_dynet(cls):
+    """DyNet takes a Parameters object wherever an expression goes, a builder's add_input,
+    transduce and initial_state too (a stack-LSTM parser's learned empty-stack guard)."""
+    m = dy.ParameterCollection()
+    b = cls(1, 3, 2, m)
+    p = m.add_parameters((3,), init=dy.NumpyInitializer(np.array([0.1, -0.2, 0.3])))
+    h0 = m.add_parameters((2,), init=0.5)
+    dy.renew_cg()
+    want = b.initial_state().add_input(dy.parameter(p)).output().npvalue()
+    np.testing.assert_array_equal(b.initial_state().add_input(p).output().npvalue(), want)
+    np.testing.assert_array_equal(b.initial_state().transduce([p])[-1].npvalue(), want)
+    n = 2 if cls is dy.VanillaLSTMBuilder else 1          # an LSTM's state: its cells, then h
+    got = b.initial_state([h0] * n).add_input(p).output().npvalue()
+    np.testing.assert_array_equal(got, b.initial_state([dy.parameter(h0)] * n).add_input(p).output().npvalue())
+    dy.sum_elems(b.initial_state().add_input(p).output()).backward()
+    assert np.abs(p.grad_as_array()).sum() > 0
