@@ -125,7 +125,7 @@ class Trainer:
             elif rows.shape[0] > 0:
                 # the rows' gradient, gathered once for the clipping norm and the rule
                 work.append((p, rows, p.grad.take(rows, axis=0)))
-        gscale = self._clip_scale(work, scale)
+        gscale = self._clip_scale(work, scale, clear is None)
         for p, rows, g in work:
             self._apply(p, rows, g, gscale)
         # the parameters updated had their gradients zeroed by _apply (which _clear_grad now
@@ -144,11 +144,17 @@ class Trainer:
     def _after_update(self) -> None:
         """Hook run after each update (a learning-rate schedule)."""
 
-    def _clip_scale(self, work, scale: float = 1.0) -> float:
+    def _clip_scale(self, work, scale: float = 1.0, frozen: bool = True) -> float:
         """DyNet's clipping: scale all gradients (times scale) by thr/‖g‖ when their global
-        norm exceeds thr."""
+        norm exceeds thr. As DyNet's, the norm counts the gradients frozen parameters
+        (set_updated(False)) hold too (where frozen: update() rather than update_subset())."""
         if not self.clipping_enabled or not work:
             return scale
+        if frozen:
+            for p in self.model.all_parameters():
+                if not p.updated and p.touched:
+                    rows = p.used_rows() if p.is_lookup else None
+                    work = work + [(p, rows, p.grad if rows is None else p.grad.take(rows, axis=0))]
         sums: dict = {}   # one device reduction per backend, one host transfer each
         for p, rows, g in work:
             # a dot product reads g once; (g * g).sum() also writes and rereads a temporary

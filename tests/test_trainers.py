@@ -299,3 +299,29 @@ def test_update_zeroes_gradients_in_its_own_pass(name, f64, monkeypatch):
         want[rows] = ref(x[p][rows], g[p][rows] * (0.05 / norm), {}, 1)[0]
         np.testing.assert_allclose(p.as_array(), want, rtol=1e-10, atol=1e-12)
     assert E.rows_used == [] and not E.all_updated
+
+
+@pytest.mark.parametrize("frozen", ["dense", "lookup"])
+def test_clipping_norm_counts_frozen_parameters_gradients_as_dynet(frozen):
+    """DyNet's clipping norm is the whole model's gradient norm, frozen (set_updated(False))
+    parameters' gradients included; they are not updated."""
+    pc = dy.ParameterCollection()
+    A = pc.add_parameters((2,), init=dy.NumpyInitializer(np.array([3.0, 4.0])))
+    B = pc.add_parameters((2,), init=dy.NumpyInitializer(np.array([1.0, 1.0])))
+    E = pc.lookup_parameters_from_numpy(np.array([[2.0, 2.0], [0.0, 0.0]]))
+    (E if frozen == "lookup" else A).set_updated(False)
+    t = dy.SimpleSGDTrainer(pc, learning_rate=1.0)
+    t.set_clip_threshold(1.0)
+    dy.renew_cg()
+    loss = dy.dot_product(A, B) + dy.dot_product(E[0], B)
+    loss.backward()
+    t.update()
+    # dL/dB = A + E[0] = (5, 6), dL/dA = dL/dE[0] = B = (1, 1): norm sqrt(61 + 2 + 2)
+    k = 1.0 / np.sqrt(65.0)
+    np.testing.assert_allclose(B.as_array(), [1 - 5 * k, 1 - 6 * k], rtol=1e-6)
+    if frozen == "lookup":
+        np.testing.assert_allclose(A.as_array(), [3 - k, 4 - k], rtol=1e-6)
+        np.testing.assert_array_equal(E.as_array(), [[2.0, 2.0], [0.0, 0.0]])
+    else:
+        np.testing.assert_array_equal(A.as_array(), [3.0, 4.0])
+        np.testing.assert_allclose(E.as_array(), [[2 - k, 2 - k], [0.0, 0.0]], rtol=1e-6)
