@@ -618,12 +618,13 @@ class ParameterCollection:
         return self._weight_decay
 
     def _apply_weight_decay(self) -> None:
-        """What a trainer calls once after each update of this collection."""
+        """What a trainer calls once after each update of this collection: every parameter
+        decays, frozen ones (set_updated(False)) too, as DyNet's (whose decay is one scale
+        of the whole collection)."""
         lam = self._weight_decay
         if lam:
             for p in self.all_parameters():
-                if p.updated:
-                    p.data *= 1.0 - lam
+                p.data *= 1.0 - lam
 
     def subcollections(self) -> list:
         return [x for x in self._items if isinstance(x, ParameterCollection)]

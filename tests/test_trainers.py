@@ -325,3 +325,22 @@ def test_clipping_norm_counts_frozen_parameters_gradients_as_dynet(frozen):
     else:
         np.testing.assert_array_equal(A.as_array(), [3.0, 4.0])
         np.testing.assert_allclose(E.as_array(), [[2 - k, 2 - k], [0.0, 0.0]], rtol=1e-6)
+
+
+def test_weight_decay_reaches_frozen_parameters_as_dynet():
+    """DyNet's weight decay scales the whole collection after each update, frozen
+    (set_updated(False)) parameters too."""
+    pc = dy.ParameterCollection()
+    pc.set_weight_decay_lambda(0.1)
+    A = pc.add_parameters((2,), init=dy.NumpyInitializer(np.array([1.0, 2.0])))
+    B = pc.add_parameters((2,), init=dy.NumpyInitializer(np.array([3.0, 4.0])))
+    A.set_updated(False)
+    t = dy.SimpleSGDTrainer(pc, learning_rate=0.1)
+    t.clipping_enabled = False
+    for _ in range(2):
+        dy.renew_cg()
+        dy.sum_elems(dy.cmult(A, B)).backward()
+        t.update()
+    # B <- (B - 0.1 A) * 0.9 and A <- 0.9 A, twice
+    np.testing.assert_allclose(A.as_array(), [0.81, 1.62], rtol=1e-6)
+    np.testing.assert_allclose(B.as_array(), [2.268, 2.916], rtol=1e-6)
