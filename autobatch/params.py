@@ -546,6 +546,7 @@ class ParameterCollection:
         self._taken: dict = {}      # base name -> times used, for parameters
         self._taken_sub: dict = {}  # the same for sub-collections
         self._weight_decay = _DEFAULT_WEIGHT_DECAY
+        self._decay_scale = 1.0     # DyNet's pending weight-decay scale (_apply_weight_decay)
 
     @staticmethod
     def _unique(name, taken):
@@ -600,11 +601,14 @@ class ParameterCollection:
         lam must be in [0, 1) (DyNet accepts 1 here but not in DynetParams; it zeroes
         every weight).
 
-        Differences from DyNet, which keeps one pending scale per collection and folds it
-        into the values only now and then: ``as_array()`` shows the decayed values (DyNet's
-        shows the stored ones until it folds), and frozen parameters (``set_updated(False)``)
-        do not decay (DyNet decays them until the next fold, then restores them).
-        The decay costs one pass over every parameter per update (whole lookup tables too)."""
+        DyNet keeps one pending scale per collection, which its expressions read, and folds
+        it into the parameters being updated once it falls below 0.25; frozen parameters
+        (``set_updated(False)``) decay with the scale until such a fold and then return to
+        their stored values. Here the values themselves decay (so ``as_array()`` shows the
+        decayed values, where DyNet's shows the stored ones until a fold), and at the
+        moments DyNet folds, frozen parameters are brought back as DyNet's are: the values
+        its expressions read are the same. The decay costs one pass over every parameter
+        per update (whole lookup tables too)."""
         self._weight_decay = _check_weight_decay(lam, "set_weight_decay")
 
     def set_weight_decay_lambda(self, lam: float) -> None:
@@ -619,12 +623,21 @@ class ParameterCollection:
 
     def _apply_weight_decay(self) -> None:
         """What a trainer calls once after each update of this collection: every parameter
-        decays, frozen ones (set_updated(False)) too, as DyNet's (whose decay is one scale
-        of the whole collection)."""
+        decays, frozen ones (set_updated(False)) too; where DyNet's pending scale of the
+        collection would fold (below 0.25), the parameters frozen then get it back, as
+        DyNet's do (see set_weight_decay)."""
         lam = self._weight_decay
         if lam:
-            for p in self.all_parameters():
+            scale = getattr(self, "_decay_scale", 1.0) * (1.0 - lam)
+            params = self.all_parameters()
+            for p in params:
                 p.data *= 1.0 - lam
+            if scale < 0.25:
+                for p in params:
+                    if not p.updated:
+                        p.data /= scale
+                scale = 1.0
+            self._decay_scale = scale
 
     def subcollections(self) -> list:
         return [x for x in self._items if isinstance(x, ParameterCollection)]

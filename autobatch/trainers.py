@@ -154,7 +154,10 @@ class Trainer:
             for p in self.model.all_parameters():
                 if not p.updated and p.touched:
                     rows = p.used_rows() if p.is_lookup else None
-                    work = work + [(p, rows, p.grad if rows is None else p.grad.take(rows, axis=0))]
+                    # a frozen table's gradient is zero off the rows that got some: the whole
+                    # table's norm is the same, and cheaper than a gather of many rows
+                    g = p.grad if rows is None or 4 * rows.shape[0] > p.grad.shape[0] else p.grad.take(rows, axis=0)
+                    work = work + [(p, None, g)]
         sums: dict = {}   # one device reduction per backend, one host transfer each
         for p, rows, g in work:
             # a dot product reads g once; (g * g).sum() also writes and rereads a temporary

@@ -344,3 +344,22 @@ def test_weight_decay_reaches_frozen_parameters_as_dynet():
     # B <- (B - 0.1 A) * 0.9 and A <- 0.9 A, twice
     np.testing.assert_allclose(A.as_array(), [0.81, 1.62], rtol=1e-6)
     np.testing.assert_allclose(B.as_array(), [2.268, 2.916], rtol=1e-6)
+
+
+def test_frozen_parameters_return_where_dynet_folds_its_decay_scale():
+    """DyNet's decay is a pending scale of the collection that its expressions read; below 0.25
+    it is folded into the parameters being updated and reset, so frozen ones return to their
+    stored values then. With lambda 0.5 the scale is 0.5, 0.25, then 0.125: a fold."""
+    pc = dy.ParameterCollection()
+    pc.set_weight_decay_lambda(0.5)
+    A = pc.add_parameters((1,), init=1.0)
+    B = pc.add_parameters((1,), init=1.0)
+    A.set_updated(False)
+    t = dy.SimpleSGDTrainer(pc, learning_rate=0.1)
+    seen = []
+    for _ in range(5):
+        dy.renew_cg()
+        dy.sum_elems(A * 0.0 + B * 0.0).backward()       # no gradient: decay alone moves them
+        t.update()
+        seen.append((A.as_array()[0], B.as_array()[0]))
+    np.testing.assert_allclose(seen, [(0.5, 0.5), (0.25, 0.25), (1.0, 0.125), (0.5, 0.0625), (0.25, 0.03125)])
