@@ -3,6 +3,7 @@ fails here, naming the op, the shapes and the user's line, before anything is
 added to the graph) and appends one node. Shapes: vectors are (n,), matrices (m, n)."""
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Sequence
 
@@ -38,7 +39,8 @@ def _id(x, g: ComputationGraph, op=None) -> int:
     """Node id of an Expression or Parameter in graph g (op: named in error messages)."""
     if type(x) is Expression:
         if x.cg is not g:
-            what = f"{op.name}: " if op is not None else ""
+            api = called()
+            what = f"{api}: " if api else f"{op.name}: " if op is not None else ""
             raise StaleExpressionError(
                 f"{what}an Expression from a computation graph that was renewed was used "
                 f"(node {x.i}, shape {x.cg.shapes[x.i]}) [at {user_line()}]"
@@ -134,7 +136,10 @@ def _numbers(name: str, v, dtype=None, copy: bool = False):
 
 def inputVector(v, device: str = "") -> Expression:
     """A constant vector of shape (len(v),)."""
-    a = _numbers("inputVector", v).reshape(-1)
+    a = _numbers("inputVector", v)
+    if a.ndim != 1:           # DyNet refuses these too (inputTensor takes any shape)
+        raise GraphError(f"inputVector: needs a list of numbers, got shape {a.shape} (inputTensor takes any "
+                         f"shape) [at {user_line()}]")
     return _graph().add(OPS["input"], (), (a.shape[0],), a)
 
 
@@ -891,9 +896,14 @@ def _mul(a, b):
     return _matmul(a, b)
 
 
+def _recip(c: float) -> float:
+    """1 / c, as IEEE division gives it (x / 0 is ±inf, or nan for x = 0, as cdiv's)."""
+    return 1.0 / c if c else math.copysign(math.inf, c)
+
+
 def _div(a, b):
     if _num(b):
-        return _op(_SCALE, a, attr=(1.0 / float(b), 0.0))
+        return _op(_SCALE, a, attr=(_recip(float(b)), 0.0))
     if _num(a):
         return _op(_SDIV, b, attr=float(a))
     return _op2(_CDIV, a, b)
@@ -915,6 +925,10 @@ def _getitem(x, k):
                 raise GraphError(f"slice {k} selects nothing from an input of shape {shape} [at {user_line()}]")
             return select_rows(x, rows)
         return pickrange(x, s, e)
+    k = _whole(k)
+    if not isinstance(k, (numbers.Integral, np.integer)) or isinstance(k, bool):
+        raise GraphError(f"x[k]: an index must be an integer, a slice or a tuple of slices, got {k!r} "
+                         f"(shape {_shape(x)}) [at {user_line()}]")
     k = int(k)
     n = _shape(x)[0]
     if not -n <= k < n:
@@ -1039,7 +1053,7 @@ if type(y) is _E and type(x) is _E and x.cg is g and y.cg is g:
     r = fmm.get(a)
     if r is not None and r[4] is shapes[b]:""", ("a", "b"), depth="depths[b] + 1", _scale=_scale)
 Expression.__rmul__ = _rmul
-Expression.__truediv__ = fastpath.binary(_CDIV, _div, scalar="1.0 / float(y), 0.0", _scale=_scale)
+Expression.__truediv__ = fastpath.binary(_CDIV, _div, scalar="_recip(float(y)), 0.0", _scale=_scale, _recip=_recip)
 Expression.__rtruediv__ = lambda self, o: _div(o, self)
 Expression.__neg__ = lambda self: _scale(self, -1.0, 0.0)
 Expression.__getitem__ = _getitem

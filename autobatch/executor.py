@@ -73,6 +73,7 @@ class Executor:
         self.done = 0             # nodes [0, done) are computed
         self.batches: list = []
         self.gbuf = None          # the last backward's gradients, for Expression.gradient()
+        self._at = None           # the batch whose backward runs (named in errors)
         self.pgrads: dict = {}    # parameter -> its part of the last backward (Executor._collect)
         self.runs: list = []      # (first node, batch count, arena top) at each forward's start
         # every node made a view of its input's memory (op.view) since the last invalidate;
@@ -218,7 +219,7 @@ class Executor:
             if hasattr(e, "add_note"):     # Python >= 3.11
                 failed = ids[:3]
                 e.add_note(f"autobatch: while running a batch of {len(ids)} {g.ops[ids[0]].name} node(s); "
-                           + "; ".join(g.describe(i) for i in failed))
+                           + "; ".join(g.describe(i) for i in failed) + f" [at {user_line()}]")
             raise
         finally:
             t2 = time.perf_counter()
@@ -492,14 +493,24 @@ class Executor:
             needs = [True] * len(needs)
             for n in g.ext:
                 needs[n] = g.needs[n]
-        nb = self._sweep(gbuf, i, needs, full, None)
-        if not self._collect():
-            # Rows of nodes the loss does not depend on carry a zero gradient, but a non-finite
-            # value there (an unused log-probability of -inf) makes 0·inf = NaN in the batch's
-            # parameter gradients. Found only then (a sum per parameter), the backward runs
-            # again without those rows, as DyNet's, which visits only the loss's ancestors.
-            nb = self._sweep(gbuf, i, needs, full, self._reach(i))
-            self._collect()
+        try:
+            nb = self._sweep(gbuf, i, needs, full, None)
+            if not self._collect():
+                # Rows of nodes the loss does not depend on carry a zero gradient, but a
+                # non-finite value there (an unused log-probability of -inf) makes 0·inf = NaN
+                # in the batch's parameter gradients. Found only then (a sum per parameter),
+                # the backward runs again without those rows, as DyNet's, which visits only
+                # the loss's ancestors.
+                nb = self._sweep(gbuf, i, needs, full, self._reach(i))
+                self._collect()
+        except Exception as e:
+            # parameters are untouched (their gradients are applied below): say which batch
+            b = self._at
+            if b is not None and hasattr(e, "add_note"):
+                e.add_note(f"autobatch: while running the backward of a batch of {len(b.ids)} {b.op.name} "
+                           f"node(s); " + "; ".join(g.describe(k) for k in b.ids[:3]) + f" [at {user_line()}]")
+            memory.give(gbuf)
+            raise
         for p, (dense, rows) in self._pending.items():
             self._apply(p, dense, rows)
         self.pgrads, self._pending = self._pending, {}     # for gradient() of a parameter's node
@@ -527,9 +538,11 @@ class Executor:
         # a batch whose nodes all follow the loss does not reach it; with the loss the last
         # computed node (the usual case) no batch needs that test
         early = i < self.done - 1
+        self._at = None
         for b in reversed(self.batches):
             if not (b.need or full and b.y is not None and b.op.differentiable) or early and min(b.ids) > i:
                 continue
+            self._at = b                # named in an error's note (_backward)
             if reach is not None:
                 n = sum(map(reach.__getitem__, b.ids))
                 if n == 0:
@@ -560,6 +573,7 @@ class Executor:
                 if not any(map(needs.__getitem__, srcs)):
                     continue
                 self._scatter(gbuf, info, gr)
+        self._at = None
         self._merge_products(gbuf)
         return nb
 

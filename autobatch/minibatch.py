@@ -326,6 +326,9 @@ def input_batch(arr):
     a = _numbers("inputTensor", arr)        # checked and converted once for all elements
     if a.ndim == 0:
         return inputTensor(a)
+    if a.shape[-1] == 0:
+        raise GraphError(f"inputTensor: a minibatch of no elements (batched=True, the last axis of shape "
+                         f"{a.shape} is the batch) [at {user_line()}]")
     # element k's values, each its own input node (a copy: later changes to arr do not leak in)
     els = np.moveaxis(a.reshape(a.shape if a.ndim > 1 else (1, a.shape[0])), -1, 0).copy()
     g, op, shape = _graph(), OPS["input"], els.shape[1:]

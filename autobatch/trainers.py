@@ -147,10 +147,12 @@ class Trainer:
     def _clip_scale(self, work, scale: float = 1.0, frozen: bool = True) -> float:
         """DyNet's clipping: scale all gradients (times scale) by thr/‖g‖ when their global
         norm exceeds thr. As DyNet's, the norm counts the gradients frozen parameters
-        (set_updated(False)) hold too (where frozen: update() rather than update_subset())."""
-        if not self.clipping_enabled or not work:
+        (set_updated(False)) hold too (where frozen: update() rather than update_subset()).
+        The norm is taken with clipping off too: a non-finite gradient (a finite loss can
+        have one: the norm of a zero vector) must not reach the parameters."""
+        if not work:
             return scale
-        if frozen:
+        if frozen and self.clipping_enabled:
             for p in self.model.all_parameters():
                 if not p.updated and p.touched:
                     rows = p.used_rows() if p.is_lookup else None
@@ -165,11 +167,14 @@ class Trainer:
             sums[p.xp] = s if p.xp not in sums else sums[p.xp] + s
         norm = abs(scale) * math.sqrt(sum(float(s) for s in sums.values()))
         if not math.isfinite(norm):
-            raise NonFiniteError(f"{type(self).__name__}.update: gradient norm is {norm}; parameters unchanged "
-                                 "and gradients left as they are, for p.grad_as_array(): the next backward "
-                                 "adds to them unless p.zero_grad() clears them (each of "
-                                 "pc.parameters_list() + pc.lookup_parameters_list())")
-        if norm > self.clip_threshold:
+            bad = [p.name() for p, rows, g in work if not bool(p.xp.isfinite(g).all())]
+            raise NonFiniteError(
+                f"{type(self).__name__}.update: gradient norm is {norm}"
+                + (f" (non-finite gradient in {', '.join(bad[:5])})" if bad else f" (scale {scale})")
+                + "; parameters unchanged and gradients left as they are, for p.grad_as_array(): the next "
+                "backward adds to them unless p.zero_grad() clears them (each of pc.parameters_list() + "
+                f"pc.lookup_parameters_list()) [at {user_line()}]")
+        if self.clipping_enabled and norm > self.clip_threshold:
             self.clips += 1
             self.clips_since_status += 1
             return scale * self.clip_threshold / norm

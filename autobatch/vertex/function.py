@@ -74,6 +74,8 @@ def _pull_source(fname, name, src, sizes, N, g):
     if isinstance(src, (list, tuple)) and src and not isinstance(src[0], (numbers.Number, np.generic)):
         first = src[0]
         if type(first) is Expression or (isinstance(first, (list, tuple)) and first and type(first[0]) is Expression):
+            # stale ones first: their node ids mean nothing in this graph's columns
+            exprs_of([e for it in src for e in (it if isinstance(it, (list, tuple)) else [it]) if type(e) is Expression])
             if len(src) == len(sizes) and _rows_per_graph(src, sizes, g):
                 groups = src                  # one entry per graph
             elif len(src) == N and all(type(e) is Expression for e in src):
@@ -203,7 +205,7 @@ class VertexOutputs:
         if got is not None and _same_nodes(got[0].cg, got[1]):
             return got[0]
         if name not in self._pushes:
-            raise KeyError(f"nothing was pushed as {name!r} (pushed: {sorted(self._pushes)})")
+            raise KeyError(f"nothing was pushed as {name!r} (pushed: {sorted(self._pushes)}) [at {user_line()}]")
         from ..api import pickrange, reshape
         node = self._node
         node._check()                   # a renewed graph: the usual error, not a new node
@@ -263,7 +265,8 @@ class VertexFunction:
 
     def __init__(self, f, max_children, scatter_dims=None, name=None):
         if not isinstance(max_children, numbers.Integral) or max_children < 0:
-            raise GraphError(f"vertex_function: max_children must be an int >= 0, got {max_children!r}")
+            raise GraphError(f"vertex_function: max_children must be an int >= 0, got {max_children!r} "
+                             f"[at {user_line()}]")
         self.f = f
         self.name = name or getattr(f, "__name__", "F")
         self.max_children = int(max_children)

@@ -11,7 +11,12 @@ from itertools import chain
 
 import numpy as np
 
-from ..errors import GraphError
+from ..errors import GraphError, user_line
+
+
+def _bad(msg: str) -> GraphError:
+    """The error for a bad graph, naming the user's line."""
+    return GraphError(f"{msg} [at {user_line()}]")
 
 
 class InputGraph:
@@ -33,11 +38,11 @@ class InputGraph:
                 kids = [list(c) for c in kids]
                 arity = list(map(len, kids))
         except TypeError:
-            raise GraphError("InputGraph: expected one list of child indices per vertex, "
+            raise _bad("InputGraph: expected one list of child indices per vertex, "
                              f"got {type(children).__name__}") from None
         n = len(kids)
         if n == 0:
-            raise GraphError("InputGraph: a graph needs at least one vertex")
+            raise _bad("InputGraph: a graph needs at least one vertex")
         flat = list(chain.from_iterable(kids))
         self.n = n
         self.arity = np.array(arity, dtype=np.int64)
@@ -78,12 +83,12 @@ class InputGraph:
         for v, c in enumerate(kids):
             for k, u in enumerate(c):
                 if not isinstance(u, (int, np.integer)) or isinstance(u, bool):
-                    raise GraphError(f"InputGraph: child {k} of vertex {v} is {u!r}, not an integer index")
+                    raise _bad(f"InputGraph: child {k} of vertex {v} is {u!r}, not an integer index")
                 if not 0 <= u < n:
-                    raise GraphError(f"InputGraph: child {k} of vertex {v} is {u}, out of range for "
+                    raise _bad(f"InputGraph: child {k} of vertex {v} is {u}, out of range for "
                                      f"a graph of {n} vertices")
                 if u == v:
-                    raise GraphError(f"InputGraph: vertex {v} is its own child (a cycle)")
+                    raise _bad(f"InputGraph: vertex {v} is its own child (a cycle)")
 
     @classmethod
     def from_parents(cls, parents):
@@ -94,11 +99,11 @@ class InputGraph:
         kids = [[] for _ in range(n)]
         for v, p in enumerate(ps):
             if not isinstance(p, (int, np.integer)) or isinstance(p, bool):
-                raise GraphError(f"InputGraph.from_parents: parent of vertex {v} is {p!r}, not an integer")
+                raise _bad(f"InputGraph.from_parents: parent of vertex {v} is {p!r}, not an integer")
             if p == -1:
                 continue
             if not 0 <= p < n:
-                raise GraphError(f"InputGraph.from_parents: parent of vertex {v} is {p}, out of range "
+                raise _bad(f"InputGraph.from_parents: parent of vertex {v} is {p}, out of range "
                                  f"for a graph of {n} vertices (use -1 for a root)")
             kids[p].append(v)
         return cls(kids)
@@ -107,7 +112,7 @@ class InputGraph:
     def chain(cls, n: int):
         """A sequence of n vertices; vertex t's one child is t-1 (an RNN over n steps)."""
         if not isinstance(n, numbers.Integral) or n < 1:
-            raise GraphError(f"InputGraph.chain: needs n >= 1 vertices, got {n!r}")
+            raise _bad(f"InputGraph.chain: needs n >= 1 vertices, got {n!r}")
         return cls([[]] + [[t - 1] for t in range(1, n)])
 
     def __len__(self):
@@ -143,6 +148,6 @@ def _levels_kahn(kids, n):
         ready = nxt
     if done < n:
         cyc = [v for v in range(n) if missing[v] > 0]
-        raise GraphError(f"InputGraph: the graph has a cycle (vertices {cyc[:10]}"
+        raise _bad(f"InputGraph: the graph has a cycle (vertices {cyc[:10]}"
                          f"{' ...' if len(cyc) > 10 else ''} never become ready)")
     return level
