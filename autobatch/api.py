@@ -485,7 +485,7 @@ cdiv = fastpath.binary(_CDIV, cdiv)
 
 def elu(x, alpha: float = 1.0) -> Expression:
     """Elementwise x if x > 0 else alpha·(exp(x)-1); same shape."""
-    return _op(_ELU, x, attr=float(alpha))
+    return _op(_ELU, x, attr=_real("elu", "alpha", alpha))
 
 
 def esum(xs: Sequence) -> Expression:
@@ -669,6 +669,15 @@ def _index_in(name, x, i, n) -> int:
     return int(i)
 
 
+def _real(name: str, what: str, v) -> float:
+    """v as a float, for a constant of op name (its parameter what): a string, a bool or
+    None is refused by name, where float() would raise a bare ValueError."""
+    if isinstance(v, bool) or not isinstance(v, (numbers.Real, np.ndarray)) or \
+            isinstance(v, np.ndarray) and (v.ndim or v.dtype.kind not in "iuf"):
+        raise GraphError(f"{name}: {what} must be a number, got {v!r} [at {user_line()}]")
+    return float(v)
+
+
 def _whole(i):
     """A whole float (an id read with np.loadtxt, 2.0) as the int DyNet makes of it; a 0-d
     array as its number."""
@@ -727,8 +736,8 @@ def hinge(x, v: int, m: float = 1.0) -> Expression:
     if len(s) == 2 and s[1] == 1:
         x, s = reshape(x, s[:1]), s[:1]
     if _vertex_index(index, s[0]):
-        return _op(OPS["hinge"], x, attr=float(m), data=index)
-    return _op(OPS["hinge"], x, attr=float(m), data=_index_in("hinge", x, index, s[0]))
+        return _op(OPS["hinge"], x, attr=_real("hinge", "m", m), data=index)
+    return _op(OPS["hinge"], x, attr=_real("hinge", "m", m), data=_index_in("hinge", x, index, s[0]))
 
 
 def pick(e, index: int = 0, dim: int = 0) -> Expression:
@@ -861,7 +870,7 @@ dropout = fastpath.unary_entry(dropout, _DROPOUT, "x, p", "type(p) is float and 
 def noise(x, stddev: float) -> Expression:
     """x plus Gaussian noise of standard deviation ``stddev`` (seeded per node)."""
     g = _graph()
-    return g.add(OPS["noise"], (_id(x, g),), float(stddev), _seed(g))
+    return g.add(OPS["noise"], (_id(x, g),), _real("noise", "stddev", stddev), _seed(g))
 
 
 # --- operators on Expression ------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numbers
 
-from .api import _op, _op1, _op2, constant
+from .api import _op, _op1, _op2, _real, constant
 from .errors import GraphError, user_line
 from .graph import Expression
 from .ops import OPS
@@ -25,11 +25,6 @@ _SCALE_GRAD, _NOBACKPROP = OPS["scale_gradient"], OPS["nobackprop"]
 
 _GRADIENT_MODES = {"zero_gradient": False, "straight_through_gradient": True}
 
-
-def _real(name: str, what: str, v) -> float:
-    if isinstance(v, bool) or not isinstance(v, numbers.Real):
-        raise GraphError(f"{name}: {what} must be a number, got {v!r} [at {user_line()}]")
-    return float(v)
 
 
 # --- trigonometric and hyperbolic ------------------------------------------------------

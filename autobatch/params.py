@@ -196,7 +196,14 @@ def default_weight_decay() -> float:
 def _as_shape(dim) -> tuple:
     if isinstance(dim, (int, np.integer)):
         dim = (dim,)
-    shape = tuple(int(d) for d in dim)
+    try:
+        ds = None if isinstance(dim, (str, bytes)) else tuple(dim)
+    except TypeError:
+        ds = None
+    if ds is None or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool)
+                             or isinstance(d, float) and d.is_integer() for d in ds):
+        raise ValueError(f"parameter shape must be non-negative integers, got {dim!r} [at {user_line()}]")
+    shape = tuple(int(d) for d in ds)
     # a dimension of 0 is allowed, as in DyNet: programs make layers of size 0 that an option
     # turns off and then never use (BIST's parsers with their default --hidden2 0)
     if not shape or any(d < 0 for d in shape):

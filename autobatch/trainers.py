@@ -57,6 +57,8 @@ class Trainer:
         self.sparse_updates_enabled = bool(su)
 
     def set_learning_rate(self, value: float) -> None:
+        if isinstance(value, (bool, str, bytes)) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{type(self).__name__}.set_learning_rate: a number, got {value!r} [at {user_line()}]")
         self.learning_rate = float(value)
 
     def whoami(self) -> str:
@@ -100,7 +102,11 @@ class Trainer:
         ps, ls = self.model.parameters_list(), self.model.lookup_parameters_list()
         sel = []
         for what, idx, lst in (("parameter", updated_params, ps), ("lookup parameter", updated_lookups, ls)):
-            idx = [int(i) for i in idx]
+            try:
+                idx = [int(i) for i in idx]
+            except (TypeError, ValueError):
+                raise TypeError(f"{type(self).__name__}.update_subset: {what} indices must be a list of ints, "
+                                f"got {idx!r} [at {user_line()}]") from None
             bad = [i for i in idx if not 0 <= i < len(lst)]
             if bad:
                 raise IndexError(f"{type(self).__name__}.update_subset: {what} index {bad[0]} out of range "

@@ -629,3 +629,19 @@ def test_a_stale_expression_is_named_where_it_is_given(m):
     dy.renew_cg()
     _expect(StaleExpressionError, lambda: f([dy.InputGraph([[]])], x=[old]), "renewed")
     _works(m)
+
+
+def test_non_numbers_where_numbers_go_are_named(m):
+    dy.renew_cg()
+    x = _vec(3)
+    _expect(GraphError, lambda: dy.elu(x, "a"), "elu", "alpha", "'a'")
+    _expect(GraphError, lambda: dy.noise(x, "a"), "noise", "stddev")
+    _expect(GraphError, lambda: dy.hinge(x, 0, None), "hinge", "m")
+    _expect(ValueError, lambda: m["model"].add_parameters("ab"), "parameter shape", "'ab'")
+    _expect(ValueError, lambda: m["model"].add_parameters((3.5, 2)), "parameter shape", "3.5")
+    t = dy.SimpleSGDTrainer(m["model"])
+    _expect(TypeError, lambda: t.set_learning_rate("a"), "set_learning_rate", "'a'")
+    _expect(TypeError, lambda: t.update_subset(None, []), "update_subset", "None")
+    _expect(TypeError, lambda: t.update_subset(["a"], []), "update_subset", "'a'")
+    assert m["model"].add_parameters((3.0, 2)).shape() == (3, 2)       # a whole float, as before
+    _works(m)
