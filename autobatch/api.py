@@ -670,12 +670,17 @@ def _index_in(name, x, i, n) -> int:
 
 
 def _real(name: str, what: str, v) -> float:
-    """v as a float, for a constant of op name (its parameter what): a string, a bool or
-    None is refused by name, where float() would raise a bare ValueError."""
-    if isinstance(v, bool) or not isinstance(v, (numbers.Real, np.ndarray)) or \
-            isinstance(v, np.ndarray) and (v.ndim or v.dtype.kind not in "iuf"):
-        raise GraphError(f"{name}: {what} must be a number, got {v!r} [at {user_line()}]")
-    return float(v)
+    """v as a float, for a constant of op name (its parameter what), taking what DyNet's
+    conversion takes (numbers of any kind, NumPy scalars and 0-d arrays, a bool); a string or
+    None is refused by name, where float() would raise a bare error or read the string."""
+    try:
+        if isinstance(v, np.ndarray) and v.size == 1:      # a 0-d or one-element array
+            v = v.item()
+        if isinstance(v, (str, bytes, np.ndarray)):
+            raise TypeError
+        return float(v)
+    except (TypeError, ValueError):
+        raise GraphError(f"{name}: {what} must be a number, got {v!r} [at {user_line()}]") from None
 
 
 def _whole(i):
@@ -935,7 +940,7 @@ def _getitem(x, k):
             return select_rows(x, rows)
         return pickrange(x, s, e)
     k = _whole(k)
-    if not isinstance(k, (numbers.Integral, np.integer)) or isinstance(k, bool):
+    if not isinstance(k, (numbers.Integral, np.integer, np.bool_)):    # (a bool picks 0 or 1, as DyNet's)
         raise GraphError(f"x[k]: an index must be an integer, a slice or a tuple of slices, got {k!r} "
                          f"(shape {_shape(x)}) [at {user_line()}]")
     k = int(k)

@@ -530,6 +530,7 @@ class Executor:
         gbuf[:self.top] = 0
         self._products = {}
         self._pending = {}
+        self._at = None
         if i not in g.ext:
             gbuf[self.offs[i]] = 1
         elif g.needs[i]:            # backward from a parameter itself (DyNet: its gradient gets 1)
@@ -538,7 +539,6 @@ class Executor:
         # a batch whose nodes all follow the loss does not reach it; with the loss the last
         # computed node (the usual case) no batch needs that test
         early = i < self.done - 1
-        self._at = None
         for b in reversed(self.batches):
             if not (b.need or full and b.y is not None and b.op.differentiable) or early and min(b.ids) > i:
                 continue

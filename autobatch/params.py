@@ -193,17 +193,30 @@ def default_weight_decay() -> float:
     return _DEFAULT_WEIGHT_DECAY
 
 
+def _whole_dim(d):
+    """A dimension as an int (NumPy integers, 0-d arrays and whole floats of any kind pass, as
+    in DyNet), or None."""
+    if isinstance(d, np.ndarray) and d.ndim == 0:
+        d = d.item()
+    if isinstance(d, (bool, np.bool_)):
+        return None
+    if isinstance(d, (int, np.integer)):
+        return int(d)
+    if isinstance(d, (float, np.floating)) and float(d).is_integer():
+        return int(d)
+    return None
+
+
 def _as_shape(dim) -> tuple:
-    if isinstance(dim, (int, np.integer)):
+    if isinstance(dim, (int, np.integer, float, np.floating)) or isinstance(dim, np.ndarray) and dim.ndim == 0:
         dim = (dim,)
     try:
-        ds = None if isinstance(dim, (str, bytes)) else tuple(dim)
+        ds = None if isinstance(dim, (str, bytes)) else [_whole_dim(d) for d in dim]
     except TypeError:
         ds = None
-    if ds is None or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool)
-                             or isinstance(d, float) and d.is_integer() for d in ds):
+    if ds is None or None in ds:
         raise ValueError(f"parameter shape must be non-negative integers, got {dim!r} [at {user_line()}]")
-    shape = tuple(int(d) for d in ds)
+    shape = tuple(ds)
     # a dimension of 0 is allowed, as in DyNet: programs make layers of size 0 that an option
     # turns off and then never use (BIST's parsers with their default --hidden2 0)
     if not shape or any(d < 0 for d in shape):

@@ -57,9 +57,15 @@ class Trainer:
         self.sparse_updates_enabled = bool(su)
 
     def set_learning_rate(self, value: float) -> None:
-        if isinstance(value, (bool, str, bytes)) or not isinstance(value, (int, float, np.integer, np.floating)):
-            raise TypeError(f"{type(self).__name__}.set_learning_rate: a number, got {value!r} [at {user_line()}]")
-        self.learning_rate = float(value)
+        try:
+            if isinstance(value, np.ndarray) and value.size == 1:
+                value = value.item()
+            if isinstance(value, (str, bytes, np.ndarray)):
+                raise TypeError
+            self.learning_rate = float(value)
+        except (TypeError, ValueError):
+            raise TypeError(f"{type(self).__name__}.set_learning_rate: a number, got {value!r} "
+                            f"[at {user_line()}]") from None
 
     def whoami(self) -> str:
         return type(self).__name__
@@ -174,6 +180,8 @@ class Trainer:
         norm = abs(scale) * math.sqrt(sum(float(s) for s in sums.values()))
         if not math.isfinite(norm):
             bad = [p.name() for p, rows, g in work if not bool(p.xp.isfinite(g).all())]
+            if not bad and math.isfinite(scale) and not self.clipping_enabled:
+                return scale        # finite gradients whose float32 norm overflowed: DyNet updates
             raise NonFiniteError(
                 f"{type(self).__name__}.update: gradient norm is {norm}"
                 + (f" (non-finite gradient in {', '.join(bad[:5])})" if bad else f" (scale {scale})")

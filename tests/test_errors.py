@@ -645,3 +645,36 @@ def test_non_numbers_where_numbers_go_are_named(m):
     _expect(TypeError, lambda: t.update_subset(["a"], []), "update_subset", "'a'")
     assert m["model"].add_parameters((3.0, 2)).shape() == (3, 2)       # a whole float, as before
     _works(m)
+
+
+def test_what_dynet_takes_for_numbers_still_passes(m):
+    """The checks above refuse strings and None, not the numbers DyNet's conversions take."""
+    from fractions import Fraction
+    dy.renew_cg()
+    x = _vec(3)
+    assert x[True].value() == 2.0 and x[np.int32(2)].value() == 3.0
+    for a in (True, np.float32(1.0), np.array(1.0), np.array([1.0]), Fraction(1, 1), 1):
+        assert dy.elu(x, a).value() == [1.0, 2.0, 3.0]
+    for d in (3.0, np.float32(3), np.array(3), (np.float32(3), np.array(2)), iter([3, 2])):
+        assert m["model"].add_parameters(d).shape()[0] == 3
+    t = dy.SimpleSGDTrainer(m["model"])
+    for lr in (np.array(0.5), np.array([0.5]), Fraction(1, 2), np.float32(0.5), 1):
+        t.set_learning_rate(lr)
+        assert t.learning_rate == float(np.asarray(lr).reshape(()))
+
+
+def test_a_huge_finite_gradient_updates_with_clipping_off_as_dynet(m):
+    """Its float32 norm overflows to inf; with clipping off DyNet updates, and so do we (with
+    clipping on, DyNet refuses: 'Magnitude of gradient is bad')."""
+    p = m["model"].add_parameters(4, init=1.0)
+    for clip in (0.0, 5.0):
+        t = dy.SimpleSGDTrainer(m["model"], 1e-30)
+        t.set_clip_threshold(clip)
+        dy.renew_cg()
+        dy.sum_elems(p * 1e20).backward()
+        if clip:
+            _expect(NonFiniteError, lambda: t.update(), "gradient norm is inf")
+            p.zero_grad()
+        else:
+            t.update()
+            np.testing.assert_allclose(p.as_array(), [1.0 - 1e-10] * 4, rtol=1e-6)
