@@ -10,6 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from . import runtime
+from .conversions import real, whole as _whole
 from .errors import GraphError, GraphIndexError, StaleExpressionError, called, user_line
 from . import api_dims, fastpath, minibatch
 from .graph import ComputationGraph, Expression, cg, expression
@@ -35,17 +36,22 @@ def _graph() -> ComputationGraph:
     return g if g is not None else cg()
 
 
+def _stale(x: Expression, op=None) -> StaleExpressionError:
+    """The error for x used outside its graph, named as the user's call (or op)."""
+    api = called()
+    what = f"{api}: " if api else f"{op.name}: " if op is not None else ""
+    return StaleExpressionError(
+        f"{what}an Expression from a computation graph that was renewed was used "
+        f"(node {x.i}, shape {x.cg.shapes[x.i]}) [at {user_line()}]"
+        if not x.cg.alive else
+        f"{what}an Expression from another computation graph was used [at {user_line()}]")
+
+
 def _id(x, g: ComputationGraph, op=None) -> int:
     """Node id of an Expression or Parameter in graph g (op: named in error messages)."""
     if type(x) is Expression:
         if x.cg is not g:
-            api = called()
-            what = f"{api}: " if api else f"{op.name}: " if op is not None else ""
-            raise StaleExpressionError(
-                f"{what}an Expression from a computation graph that was renewed was used "
-                f"(node {x.i}, shape {x.cg.shapes[x.i]}) [at {user_line()}]"
-                if not x.cg.alive else
-                f"{what}an Expression from another computation graph was used [at {user_line()}]")
+            raise _stale(x, op)
         return x.i
     if isinstance(x, Parameter):
         return parameter(x).i if _table(x) else g.pid(x)
@@ -670,25 +676,12 @@ def _index_in(name, x, i, n) -> int:
 
 
 def _real(name: str, what: str, v) -> float:
-    """v as a float, for a constant of op name (its parameter what), taking what DyNet's
-    conversion takes (numbers of any kind, NumPy scalars and 0-d arrays, a bool); a string or
-    None is refused by name, where float() would raise a bare error or read the string."""
+    """v as a float (conversions.real) for a constant of op name (its parameter what); else
+    an error naming both, where float() would raise a bare one or read a string."""
     try:
-        if isinstance(v, np.ndarray) and v.size == 1:      # a 0-d or one-element array
-            v = v.item()
-        if isinstance(v, (str, bytes, np.ndarray)):
-            raise TypeError
-        return float(v)
+        return real(v)
     except (TypeError, ValueError):
         raise GraphError(f"{name}: {what} must be a number, got {v!r} [at {user_line()}]") from None
-
-
-def _whole(i):
-    """A whole float (an id read with np.loadtxt, 2.0) as the int DyNet makes of it; a 0-d
-    array as its number."""
-    if type(i) is np.ndarray and i.ndim == 0:
-        i = i.item()
-    return int(i) if isinstance(i, (float, np.floating)) and float(i).is_integer() else i
 
 
 def _shape(x):
@@ -736,13 +729,11 @@ if type(v) is int and type(x) is _E and x.cg is g:
 
 def hinge(x, v: int, m: float = 1.0) -> Expression:
     """Σ_{j≠v} max(0, m - x[v] + x[j]) for a vector x (or a column, as in DyNet); shape (1,)."""
-    index = v
     s = _shape(x)
     if len(s) == 2 and s[1] == 1:
         x, s = reshape(x, s[:1]), s[:1]
-    if _vertex_index(index, s[0]):
-        return _op(OPS["hinge"], x, attr=_real("hinge", "m", m), data=index)
-    return _op(OPS["hinge"], x, attr=_real("hinge", "m", m), data=_index_in("hinge", x, index, s[0]))
+    m = _real("hinge", "m", m)
+    return _op(OPS["hinge"], x, attr=m, data=v if _vertex_index(v, s[0]) else _index_in("hinge", x, v, s[0]))
 
 
 def pick(e, index: int = 0, dim: int = 0) -> Expression:

@@ -18,7 +18,7 @@ import numpy as np
 from . import api as dy
 from . import recipes, runtime
 from .api_reduce import layer_norm
-from .errors import GraphError, StaleExpressionError, called, user_line
+from .errors import GraphError, called, user_line
 from .graph import Expression
 from .minibatch import BatchedExpression, batch_of, run_per_element
 from .params import ConstInitializer, Parameter, ParameterCollection
@@ -33,8 +33,7 @@ def _shape_of(x) -> tuple:
         raise TypeError(f"{called() or 'builder'}: expected an Expression, got {type(x).__name__} "
                         f"[at {user_line()}]")
     if not getattr(x.cg, "alive", True):    # now, not at the step that would read it
-        raise StaleExpressionError(f"{called() or 'builder'}: an Expression from a computation graph that "
-                                   f"was renewed was used (node {x.i}) [at {user_line()}]")
+        raise dy._stale(x)
     return x.cg.shapes[x.i]
 
 

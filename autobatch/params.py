@@ -10,6 +10,7 @@ import os
 import numpy as np
 
 from . import runtime
+from .conversions import whole
 from .errors import user_line, warn_user
 from .textfile import check_name, file_order, read_saved, restore, write_text
 
@@ -195,31 +196,21 @@ def default_weight_decay() -> float:
 
 def _whole_dim(d):
     """A dimension as an int (NumPy integers, 0-d arrays and whole floats of any kind pass, as
-    in DyNet), or None."""
-    if isinstance(d, np.ndarray) and d.ndim == 0:
-        d = d.item()
-    if isinstance(d, (bool, np.bool_)):
-        return None
-    if isinstance(d, (int, np.integer)):
-        return int(d)
-    if isinstance(d, (float, np.floating)) and float(d).is_integer():
-        return int(d)
-    return None
+    in DyNet; a bool does not), or None."""
+    d = whole(d)
+    return int(d) if isinstance(d, (int, np.integer)) and not isinstance(d, bool) else None
 
 
 def _as_shape(dim) -> tuple:
     if isinstance(dim, (int, np.integer, float, np.floating)) or isinstance(dim, np.ndarray) and dim.ndim == 0:
         dim = (dim,)
     try:
-        ds = None if isinstance(dim, (str, bytes)) else [_whole_dim(d) for d in dim]
+        shape = () if isinstance(dim, (str, bytes)) else tuple(_whole_dim(d) for d in dim)
     except TypeError:
-        ds = None
-    if ds is None or None in ds:
-        raise ValueError(f"parameter shape must be non-negative integers, got {dim!r} [at {user_line()}]")
-    shape = tuple(ds)
+        shape = ()
     # a dimension of 0 is allowed, as in DyNet: programs make layers of size 0 that an option
     # turns off and then never use (BIST's parsers with their default --hidden2 0)
-    if not shape or any(d < 0 for d in shape):
+    if not shape or None in shape or any(d < 0 for d in shape):
         raise ValueError(f"parameter shape must be non-negative integers, got {dim!r} [at {user_line()}]")
     return shape
 
@@ -648,7 +639,7 @@ class ParameterCollection:
         DyNet's do (see set_weight_decay)."""
         lam = self._weight_decay
         if lam:
-            scale = getattr(self, "_decay_scale", 1.0) * (1.0 - lam)
+            scale = self._decay_scale * (1.0 - lam)
             params = self.all_parameters()
             for p in params:
                 p.data *= 1.0 - lam

@@ -14,6 +14,7 @@ from typing import Optional
 
 import numpy as np
 
+from .conversions import real
 from .errors import NonFiniteError, user_line
 from .params import Parameter, ParameterCollection
 
@@ -58,11 +59,7 @@ class Trainer:
 
     def set_learning_rate(self, value: float) -> None:
         try:
-            if isinstance(value, np.ndarray) and value.size == 1:
-                value = value.item()
-            if isinstance(value, (str, bytes, np.ndarray)):
-                raise TypeError
-            self.learning_rate = float(value)
+            self.learning_rate = real(value)
         except (TypeError, ValueError):
             raise TypeError(f"{type(self).__name__}.set_learning_rate: a number, got {value!r} "
                             f"[at {user_line()}]") from None

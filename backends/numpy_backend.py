@@ -12,6 +12,15 @@ import math
 import numpy as np
 
 
+def _add_distinct(a, idx, vals):
+    """a[idx] += vals for rows idx that do not repeat: take, add, put, the same three passes as
+    a[idx] += vals, but take and put skip the general fancy-index machinery (8.1 -> 7.3 us for
+    86 rows of 256)."""
+    rows = a.take(idx, axis=0) if idx.ndim == 1 else a[idx]
+    rows += vals
+    a[idx] = rows
+
+
 class NumpyBackend:
     name = "numpy"
     xp = np
@@ -81,11 +90,7 @@ class NumpyBackend:
         view, idx = self._view(buf, index, size)
         vals = vals.reshape(idx.shape + view.shape[1:])
         if unique:
-            # take, add, put: the same three passes as view[idx] += vals, but take and put
-            # skip the general fancy-index machinery (8.1 -> 7.3 us for 86 rows of 256)
-            rows = view.take(idx, axis=0) if idx.ndim == 1 else view[idx]
-            rows += vals
-            view[idx] = rows
+            _add_distinct(view, idx, vals)
         else:
             np.add.at(view, idx, vals)
 
@@ -103,9 +108,7 @@ class NumpyBackend:
             from autobatch.ops.base import RowGrad
             g = RowGrad(rows, vals).summed(np)
             rows, vals = g.rows, g.vals
-        got = table.take(rows, axis=0)
-        got += vals
-        table[rows] = got
+        _add_distinct(table, rows, vals)
 
     def to_host(self, a):
         return np.asarray(a)
