@@ -358,7 +358,7 @@ class _Builder:
         if known is None:
             known = g._transduce[self] = {}
         out = []
-        for x in xs:
+        for s, x in enumerate(xs):
             for l in range(L):
                 h, c = hs[l], cs[l]
                 if h is None and c is None:
@@ -370,6 +370,12 @@ class _Builder:
                 else:
                     form, ins, k = 3, pids[l] + (x.i, h.i, c.i), (l, shapes[h.i], shapes[c.i])
                 t = known.get(k)
+                if t and L == 1 and form & 1 and (l,) + t.out_shapes == k:
+                    # a step whose h and c have the shapes of its inputs h and c: every later
+                    # step is the same step, so the rest of the sequence runs in one loop
+                    P = len(pids[0])
+                    carry = ((0, P + 1), (1, P + 2)) if form == 3 else ((0, P + 1),)
+                    return out + recipes.run_of(t, P, carry, 0)(g, *ins, xs[s:])
                 if t:
                     h, c = t(g, *ins)
                 else:

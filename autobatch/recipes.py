@@ -59,8 +59,8 @@ def _compile(g, n0, n1, ins, outs):
         return None
     pos = {a: j for j, a in enumerate(ins)}
     const = {"_E": Expression}
-    body, cols, attrs = [], {"shapes": [], "sigs": []}, []
-    arg_src, dep_src, need_src = [], [], []
+    cols = {"shapes": [], "sigs": []}
+    nodes = []       # per node: (dynamic signature lines or None, its refs, depth and need sources)
 
     def ref(a):
         return f"n + {a - n0}" if a >= n0 else f"i{pos[a]}"
@@ -76,7 +76,7 @@ def _compile(g, n0, n1, ins, outs):
         cols["shapes"].append(g.shapes[n])
         if g.attrs[n] is not None:
             const[f"_A{k}"] = g.attrs[n]
-            attrs.append(f"    g.attrs[n + {k}] = _A{k}")
+        sig = None
         if r[3]:                       # the signature names shared operands: look it up per step
             # ... unless they are the last step's (a sequence's parameters): _M{k} holds the
             # last operand ids and their signature, per template, so per graph
@@ -84,27 +84,20 @@ def _compile(g, n0, n1, ins, outs):
             refs = [ref(a_n[j]) for j in r[3]]
             sk = ", ".join(refs)
             same = " and ".join(f"_M{k}[{j}] == {a}" for j, a in enumerate(refs))
-            body.append(f"if {same}: s{k} = _M{k}[{len(refs)}]")
-            body.append("else:")
-            body.append(f"    s{k} = sigtab.get((_K{k}, {sk}))")
+            sig = [f"if {same}: s{k} = _M{k}[{len(refs)}]", "else:", f"    s{k} = sigtab.get((_K{k}, {sk}))"]
             base = getattr(op, "base", None)
             if base is not None:
                 # a fused node (ops/fused.py): its product's signature first, as building it
                 # op by op interns them, so that both ways number signatures alike
                 const[f"_BK{k}"], const[f"_BO{k}"] = _rule(base, tuple(map(g.shapes.__getitem__, a_n)), g.attrs[n])[2], base
-                body.append(f"    if s{k} is None and sigtab.get((_BK{k}, {sk})) is None: g._intern((_BK{k}, {sk}), _BO{k})")
-            body.append(f"    if s{k} is None: s{k} = g._intern((_K{k}, {sk}), _O{k})")
-            body.append(f"    _M{k}[:] = ({sk}, s{k})")
+                sig.append(f"    if s{k} is None and sigtab.get((_BK{k}, {sk})) is None: g._intern((_BK{k}, {sk}), _BO{k})")
+            sig += [f"    if s{k} is None: s{k} = g._intern((_K{k}, {sk}), _O{k})", f"    _M{k}[:] = ({sk}, s{k})"]
+            sig = (sig, refs)
             cols["sigs"].append(None)
         else:
             cols["sigs"].append(g.sigs[n])
-        arg_src.append("(" + "".join(ref(a) + ", " for a in a_n) + ")")
-        ds = [f"d{a - n0}" if a >= n0 else f"D{pos[a]}" for a in a_n]
-        body.append(f"d{k} = {ds[0] if len(ds) == 1 else 'max(' + ', '.join(ds) + ')'} + 1")
-        es = [f"e{a - n0}" if a >= n0 else f"N{pos[a]}" for a in a_n]
-        body.append(f"e{k} = {' or '.join(es) if op.differentiable else 'False'}")
-        dep_src.append(f"d{k}")
-        need_src.append(f"e{k}")
+        srcs = [(f"{a - n0}", True) if a >= n0 else (f"{pos[a]}", False) for a in a_n]
+        nodes.append((sig, "(" + "".join(ref(a) + ", " for a in a_n) + ")", srcs, op.differentiable))
     m = n1 - n0
     # uses: counted now for nodes of the template; inputs gain theirs per step
     cols["uses"] = [0] * m
@@ -117,35 +110,146 @@ def _compile(g, n0, n1, ins, outs):
                 in_uses[pos[a]] = in_uses.get(pos[a], 0) + 1
     for c, v in cols.items():
         const["_" + c.upper()] = tuple(v)
-    dyn_sigs = any(s is None for s in cols["sigs"])
-    names = ", ".join(f"i{j}" for j in range(len(ins)))
-    src = [f"def replay(g, {names}):",
-           "    depths, needs, uses, sigtab = g.depths, g.needs, g.uses, g._sigtab",
-           "    n = len(g.sigs)"]
-    src += [f"    D{j} = depths[i{j}]; N{j} = needs[i{j}]" for j in range(len(ins))]
-    src += ["    " + line for line in body]
-    src += attrs + ["    g.shapes.extend(_SHAPES)"]
-    if dyn_sigs:
-        sig_src = ", ".join(f"s{k}" if s is None else str(s) for k, s in enumerate(cols["sigs"]))
-        src.append(f"    g.sigs.extend(({sig_src},))")
-    else:
-        src.append("    g.sigs.extend(_SIGS)")
-    src.append(f"    g.args.extend(({', '.join(arg_src)},))")
-    src.append(f"    depths.extend(({', '.join(dep_src)},))")
-    src.append(f"    needs.extend(({', '.join(need_src)},))")
-    src += [f"    uses[i{j}] += {c}" for j, c in sorted(in_uses.items())]
+    attrs = [n - n0 for n in range(n0, n1) if g.attrs[n] is not None]
+    fn = _emit(const, _Template(len(ins), nodes, cols["sigs"], attrs, in_uses,
+                                [None if e is None else e.i - n0 for e in outs], m))
+    fn._runs = {}
+    fn.out_shapes = tuple(None if e is None else g.shapes[e.i] for e in outs)
+    return fn
+
+
+class _Template:
+    """What _compile learned of a step, from which _emit writes a replay and run_of a loop."""
+    __slots__ = ("n_in", "nodes", "sigs", "attrs", "in_uses", "outs", "m")
+
+    def __init__(self, n_in, nodes, sigs, attrs, in_uses, outs, m):
+        self.n_in, self.nodes, self.sigs, self.attrs = n_in, nodes, sigs, attrs
+        self.in_uses, self.outs, self.m = in_uses, outs, m
+
+
+def _step_lines(t: _Template, fixed: frozenset):
+    """(before, step, hoisted): the lines that append one step's nodes (n: its first id;
+    i{j}, D{j}, N{j}: input j's id, depth and needs-gradient flag), the lines a loop over
+    steps runs once before them (the work that reads only inputs in `fixed`, the same at
+    every step), and whether every signature is among those."""
+    before, step = [], []
+    hoist = True        # signatures are interned in node order, as step after step would
+    for k, (sig, args, srcs, differentiable) in enumerate(t.nodes):
+        if sig is not None:
+            lines, refs = sig
+            hoist = hoist and all(r[0] == "i" and int(r[1:]) in fixed for r in refs)
+            (before if hoist else step).extend(lines)
+        # depth: one more than the deepest input; the fixed inputs' part is taken once
+        var = [f"d{j}" if own else f"D{j}" for j, own in srcs if own or int(j) not in fixed]
+        con = [f"D{j}" for j, own in srcs if not own and int(j) in fixed]
+        if con and var:
+            before.append(f"C{k} = {_max(con)}")
+            var.append(f"C{k}")
+        elif con:
+            before.append(f"d{k} = {_max(con)} + 1")
+        if var:
+            step.append(f"d{k} = {_max(var)} + 1")
+        if not differentiable:
+            step.append(f"e{k} = False")
+            continue
+        es = [f"e{j}" if own else f"N{j}" for j, own in srcs]
+        step.append(f"e{k} = {' or '.join(es)}")
+    return before, step, hoist
+
+
+def _max(terms):
+    """Source of the largest of terms (names): a conditional for two, cheaper than max()."""
+    if len(terms) == 1:
+        return terms[0]
+    if len(terms) == 2:
+        return f"({terms[0]} if {terms[0]} > {terms[1]} else {terms[1]})"
+    return "max(" + ", ".join(terms) + ")"
+
+
+def _appends(t: _Template, sigs: str):
+    """The lines that append a step's nodes to the columns (sigs: the source of its
+    signatures' tuple, or None when they are all constants)."""
+    lines = [f"attrs[n + {k}] = _A{k}" for k in t.attrs]
+    lines.append("shapes_extend(_SHAPES)")
+    lines.append(f"sigs_extend({sigs or '_SIGS'})")
+    lines.append(f"args_extend(({', '.join(node[1] for node in t.nodes)},))")
+    lines.append(f"depths.extend(({', '.join(f'd{k}' for k in range(t.m))},))")
+    lines.append(f"needs.extend(({', '.join(f'e{k}' for k in range(t.m))},))")
+    return lines
+
+
+def _sig_tuple(t: _Template):
+    if all(s is not None for s in t.sigs):
+        return None
+    return "(" + "".join(f"s{k}, " if s is None else f"{s}, " for k, s in enumerate(t.sigs)) + ")"
+
+
+_HEAD = ["    depths, needs, uses, sigtab, attrs = g.depths, g.needs, g.uses, g._sigtab, g.attrs",
+         "    shapes_extend, sigs_extend, args_extend = g.shapes.extend, g.sigs.extend, g.args.extend",
+         "    n = len(g.sigs)"]
+
+
+def _emit(const, t: _Template):
+    """The replay function of template t."""
+    names = ", ".join(f"i{j}" for j in range(t.n_in))
+    before, step, _ = _step_lines(t, frozenset())
+    src = [f"def replay(g, {names}):"] + _HEAD
+    src += [f"    D{j} = depths[i{j}]; N{j} = needs[i{j}]" for j in range(t.n_in)]
+    src += ["    " + line for line in before + step + _appends(t, _sig_tuple(t))]
+    src += [f"    uses[i{j}] += {c}" for j, c in sorted(t.in_uses.items())]
     src.append("    uses.extend(_USES)")
     rets = []
-    for k, e in enumerate(outs):
-        if e is None:            # a cell-less builder's c
+    for k, ok in enumerate(t.outs):
+        if ok is None:            # a cell-less builder's c
             rets.append("None")
             continue
-        src += [f"    o{k} = _E()", f"    o{k}.cg = g", f"    o{k}.i = n + {e.i - n0}"]
+        src += [f"    o{k} = _E()", f"    o{k}.cg = g", f"    o{k}.i = n + {ok}"]
         rets.append(f"o{k}")
     src.append(f"    return ({', '.join(rets)},)")
     ns = dict(const)
-    exec(_code("\n".join(src), m), ns)
-    return ns["replay"]
+    exec(_code("\n".join(src), t.m), ns)
+    fn = ns["replay"]
+    fn._parts = (const, t)
+    return fn
+
+
+def run_of(replay, stream: int, carry: tuple, emit: int):
+    """A function (g, *ins, xs) -> [Expression] that appends what calling replay step after
+    step would: one step per x of xs (Expressions of g), x's id as input `stream`, and for
+    each (k, j) of carry, output k of a step as input j of the next (an RNN's h and c);
+    returns output `emit` of every step. A sequence then costs one call, and its steps no
+    key, input tuple, or Expression but the one returned; the work that reads only the other
+    inputs (the parameters: signatures, their part of the depths, their uses) is done once."""
+    key = (stream, carry, emit)
+    run = replay._runs.get(key)
+    if run is not None:
+        return run
+    const, t = replay._parts
+    varying = {stream} | {j for _, j in carry}
+    fixed = frozenset(range(t.n_in)) - varying
+    before, step, hoisted = _step_lines(t, fixed)
+    sig = _sig_tuple(t)
+    if sig is not None and hoisted:
+        before.append(f"SG = {sig}")      # every signature is the same at every step
+        sig = "SG"
+    names = ", ".join(f"i{j}" for j in range(t.n_in))
+    src = [f"def run(g, {names}, xs):"] + _HEAD + ["    em = []"]
+    src += [f"    D{j} = depths[i{j}]; N{j} = needs[i{j}]" for j in range(t.n_in) if j != stream]
+    src += ["    " + line for line in before]
+    src += ["    for x in xs:", f"        i{stream} = x.i", f"        D{stream} = depths[i{stream}]; N{stream} = needs[i{stream}]"]
+    src += ["        " + line for line in step + _appends(t, sig)]
+    src += [f"        uses[i{j}] += {c}" for j, c in sorted(t.in_uses.items()) if j in varying]
+    src += ["        uses.extend(_USES)",
+            "        o = _E()", "        o.cg = g", f"        o.i = n + {t.outs[emit]}", "        em.append(o)"]
+    for k, j in carry:
+        src.append(f"        i{j} = n + {t.outs[k]}; D{j} = d{t.outs[k]}; N{j} = e{t.outs[k]}")
+    src.append(f"        n += {t.m}")
+    src += [f"    uses[i{j}] += {c} * len(xs)" for j, c in sorted(t.in_uses.items()) if j not in varying]
+    src.append("    return em")
+    ns = dict(const)
+    exec(_code("\n".join(src), t.m), ns)
+    run = replay._runs[key] = ns["run"]
+    return run
 
 
 _CODES: dict = {}     # source -> code object: each new graph records its templates again
