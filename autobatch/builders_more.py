@@ -57,8 +57,8 @@ class CompactVanillaLSTMBuilder(VanillaLSTMBuilder):
             return self._layer_step(run.exprs[l], x, h, c, mh)
         return super()._replayed_step(run, l, x, h, c, mh)
 
-    def _transduce(self, state, xs):
-        return None if self._noisy() else super()._transduce(state, xs)
+    def _plain_steps(self, state, xs, loop):
+        return None if self._noisy() else super()._plain_steps(state, xs, loop)
 
     def _layer_step(self, P, x, h, c, mh):
         if self._noisy():

@@ -85,17 +85,19 @@ def test_frozen_state_between_two_trained_ones(f64):
 inputs = st.lists(st.sampled_from(["word", "const", "again", "earlier"]), min_size=1, max_size=12)
 
 
-def _sequences(debug, builder, starts, seqs, runs=None):
-    """Two transduce calls in one graph; the second's inputs may repeat an input ("again") or
-    read the first call's outputs ("earlier"); "const" inputs need no gradient, so a step's
-    needs flags vary along the sequence. starts: per call, a zero state or given vectors."""
+def _sequences(debug, builder, starts, seqs, hows=("transduce", "transduce")):
+    """Two sequences in one graph; the second's inputs may repeat an input ("again") or
+    read the first's outputs ("earlier"); "const" inputs need no gradient, so a step's needs
+    flags vary along the sequence. starts: per sequence, a zero state or given vectors; hows:
+    per sequence, transduce, add_input per step, or add_input for its first half and
+    transduce from the state it reached."""
     pc, bs, E = _model()
     b = bs[builder]
     dy.set_debug(debug)
     try:
         g = dy.renew_cg()
         outs, prev = [], []
-        for start, kinds in zip(starts, seqs):
+        for start, kinds, how in zip(starts, seqs, hows):
             xs = []
             for j, kind in enumerate(kinds):
                 if kind == "const":
@@ -110,7 +112,17 @@ def _sequences(debug, builder, starts, seqs, runs=None):
             if start == "vecs":
                 n = b.layers * (2 if isinstance(b, dy.VanillaLSTMBuilder) else 1)
                 vecs = [dy.inputVector([0.1 * k, 0.2, -0.1, 0.05]) for k in range(n)]
-            prev = b.initial_state(vecs).transduce(xs)
+            state = b.initial_state(vecs)
+            if how == "transduce":
+                prev = state.transduce(xs)
+            else:
+                cut = len(xs) if how == "add_input" else len(xs) // 2
+                prev = []
+                for x in xs[:cut]:
+                    state = state.add_input(x)
+                    prev.append(state.output())
+                prev += state.transduce(xs[cut:])
+                prev += state.s()[:1]               # the state's c (or h) as well
             outs.append(dy.sum_elems(dy.esum(prev)))
         cols = graph_columns(g, COLUMNS)
         loss = dy.esum(outs)
@@ -135,9 +147,33 @@ def test_sequence_loop_appends_what_steps_append(f64, monkeypatch, builder, star
     np.testing.assert_allclose(va, vb, rtol=1e-12)
     for a, b in zip(ga, gb):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
-    # one-layer builders (all but the 2-layer LSTMBuilder) loop once a step's template is known:
-    # from the second call's second step at the latest
+    # one-layer builders (all but the 2-layer LSTMBuilder) loop once the template of a step
+    # after a sequence's first is known: from the second such step on
     if builder == 1:
         assert not made
-    elif len(seqs[1]) >= 2:
+    elif sum(len(s) - 1 for s in seqs) >= 2:
         assert made
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(0, 3), st.lists(st.sampled_from(["zero", "vecs"]), min_size=2, max_size=2),
+       st.lists(inputs, min_size=2, max_size=2),
+       st.lists(st.sampled_from(["transduce", "add_input", "mixed"]), min_size=2, max_size=2))
+def test_add_input_finds_the_templates_transduce_finds(f64, monkeypatch, builder, starts, seqs, hows):
+    """add_input's step takes transduce's path (the step's template, looked up by layer and
+    state shapes) and builds what the debug graph builds; with the state it returns, transduce
+    goes on from there."""
+    from autobatch.builders import _Builder
+    plain = []
+    steps = _Builder._plain_steps
+    monkeypatch.setattr(_Builder, "_plain_steps", lambda *a: plain.append(a[3]) or steps(*a))
+    (ca, va, ga), (cb, vb, gb) = (_sequences(False, builder, starts, seqs, hows),
+                                  _sequences(True, builder, starts, seqs, hows))
+    for c in COLUMNS:
+        assert ca[c] == cb[c], c
+    np.testing.assert_allclose(va, vb, rtol=1e-12)
+    for a, b in zip(ga, gb):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    # add_input's steps (loop=False) in the graph without debug
+    n_add = sum(len(s) if h == "add_input" else len(s) // 2 if h == "mixed" else 0 for s, h in zip(seqs, hows))
+    assert plain.count(False) >= n_add

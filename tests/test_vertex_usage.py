@@ -68,9 +68,11 @@ def test_a_vertex_function_inside_another_is_refused_by_name():
         outer([dy.InputGraph([[]])], x=[[1.0]])
 
 
+@pytest.mark.parametrize("how", ["add_input", "transduce"])
 @pytest.mark.parametrize("make", [dy.VanillaLSTMBuilder, dy.GRUBuilder, dy.CoupledLSTMBuilder])
-def test_rnn_builders_inside_a_vertex_function(make, f64):
-    """A chain whose step is the builder's cell: the lazy graph's values and gradients."""
+def test_rnn_builders_inside_a_vertex_function(make, how, f64):
+    """A chain whose step is the builder's cell: the lazy graph's values and gradients.
+    (transduce inside F raised AttributeError: the tracer keeps no template memo.)"""
     m = dy.ParameterCollection()
     rnn = make(1, 4, 3, m)
     cells = 2 if make is not dy.GRUBuilder else 1
@@ -78,7 +80,8 @@ def test_rnn_builders_inside_a_vertex_function(make, f64):
     @dy.vertex_function(max_children=1)
     def F(v):
         s = rnn.initial_state() if v.is_leaf else rnn.initial_state([v.gather(0)] * cells)
-        h = s.add_input(v.pull("x")).output()
+        x = v.pull("x")
+        h = s.add_input(x).output() if how == "add_input" else s.transduce([x])[-1]
         v.scatter(h)
         v.push("h", h)
     X = np.random.default_rng(5).normal(size=(4, 4))
