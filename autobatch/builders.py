@@ -375,6 +375,12 @@ class _Builder:
             known = memo[self] = {}
         out = []
         for s, x in enumerate(xs):
+            if loop:
+                steady = self._steady(known, pids, hs, cs, shapes)
+                if steady is not None:
+                    # every layer's step has h and c of the shapes it reads: every later
+                    # step is the same, so the rest of the sequence runs in one loop
+                    return out + steady[0](g, steady[1], xs[s:]), None, None
             for l in range(L):
                 h, c = hs[l], cs[l]
                 if h is None and c is None:
@@ -386,12 +392,6 @@ class _Builder:
                 else:
                     form, ins, k = 3, pids[l] + (x.i, h.i, c.i), (l, shapes[h.i], shapes[c.i])
                 t = known.get(k)
-                if loop and t and L == 1 and form & 1 and (l,) + t.out_shapes == k:
-                    # a step whose h and c have the shapes of its inputs h and c: every later
-                    # step is the same step, so the rest of the sequence runs in one loop
-                    P = len(pids[0])
-                    carry = ((0, P + 1), (1, P + 2)) if form == 3 else ((0, P + 1),)
-                    return out + recipes.run_of(t, P, carry, 0)(g, *ins, xs[s:]), None, None
                 if t:
                     h, c = t(g, *ins)
                 else:
@@ -402,6 +402,25 @@ class _Builder:
                 x = h
             out.append(x)
         return out, hs, cs
+
+    @staticmethod
+    def _steady(known, pids, hs, cs, shapes):
+        """(recipes.run_of's function, its ins) when every layer's step template is known
+        (in `known`) and gives h and c of the shapes of the h and c it reads (the state's,
+        hs and cs), else None."""
+        ts, ins = [], ()
+        for l, (h, c) in enumerate(zip(hs, cs)):
+            if h is None:
+                return None
+            k = (l, shapes[h.i], None if c is None else shapes[c.i])
+            t = known.get(k)
+            if not t or (l,) + t.out_shapes != k:
+                return None
+            ts.append(t)
+            ins += pids[l] + ((-1, h.i) if c is None else (-1, h.i, c.i))   # -1: x, set per step
+        P = len(pids[0])
+        carry = ((0, P + 1),) if cs[0] is None else ((0, P + 1), (1, P + 2))
+        return recipes.run_of(tuple(ts), P, carry, 0), ins
 
 
 class VanillaLSTMBuilder(_Builder):

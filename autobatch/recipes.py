@@ -58,103 +58,74 @@ def _compile(g, n0, n1, ins, outs):
     if n1 == n0 or len(set(ins)) != len(ins) or any(e is not None and (type(e) is not Expression or not n0 <= e.i < n1) for e in outs):
         return None
     pos = {a: j for j, a in enumerate(ins)}
-    const = {"_E": Expression}
-    cols = {"shapes": [], "sigs": []}
-    nodes = []       # per node: (dynamic signature lines or None, its refs, depth and need sources)
+    const = {}                  # the template's constants, by name without prefix (see _Template)
+    shapes, sigs, nodes, attrs = [], [], [], []
 
     def ref(a):
-        return f"n + {a - n0}" if a >= n0 else f"i{pos[a]}"
+        return ("own", a - n0) if a >= n0 else ("in", pos[a])
 
     for n in range(n0, n1):
         op, a_n = g.ops[n], g.args[n]
         if op is None or g.datas[n] is not None or any(a < n0 and a not in pos for a in a_n):
             return None
-        r = _RULES.get((op, tuple(map(g.shapes.__getitem__, a_n)), g.attrs[n]))
+        in_shapes = tuple(map(g.shapes.__getitem__, a_n))
+        r = _RULES.get((op, in_shapes, g.attrs[n]))
         if r is None or r[2] is None:
             return None
         k = n - n0
-        cols["shapes"].append(g.shapes[n])
+        shapes.append(g.shapes[n])
         if g.attrs[n] is not None:
-            const[f"_A{k}"] = g.attrs[n]
+            const[f"A{k}"] = g.attrs[n]
+            attrs.append(k)
         sig = None
-        if r[3]:                       # the signature names shared operands: look it up per step
-            # ... unless they are the last step's (a sequence's parameters): _M{k} holds the
-            # last operand ids and their signature, per template, so per graph
-            const[f"_K{k}"], const[f"_O{k}"], const[f"_M{k}"] = r[2], op, [None] * (len(r[3]) + 1)
-            refs = [ref(a_n[j]) for j in r[3]]
-            sk = ", ".join(refs)
-            same = " and ".join(f"_M{k}[{j}] == {a}" for j, a in enumerate(refs))
-            sig = [f"if {same}: s{k} = _M{k}[{len(refs)}]", "else:", f"    s{k} = sigtab.get((_K{k}, {sk}))"]
+        if r[3]:
+            # the signature names shared operands: looked up per step, unless they are the last
+            # step's (a sequence's parameters): M{k} holds the last operand ids and their
+            # signature, per template, so per graph
+            const[f"K{k}"], const[f"O{k}"], const[f"M{k}"] = r[2], op, [None] * (len(r[3]) + 1)
             base = getattr(op, "base", None)
             if base is not None:
                 # a fused node (ops/fused.py): its product's signature first, as building it
                 # op by op interns them, so that both ways number signatures alike
-                const[f"_BK{k}"], const[f"_BO{k}"] = _rule(base, tuple(map(g.shapes.__getitem__, a_n)), g.attrs[n])[2], base
-                sig.append(f"    if s{k} is None and sigtab.get((_BK{k}, {sk})) is None: g._intern((_BK{k}, {sk}), _BO{k})")
-            sig += [f"    if s{k} is None: s{k} = g._intern((_K{k}, {sk}), _O{k})", f"    _M{k}[:] = ({sk}, s{k})"]
-            sig = (sig, refs)
-            cols["sigs"].append(None)
+                const[f"BK{k}"], const[f"BO{k}"] = _rule(base, in_shapes, g.attrs[n])[2], base
+            sig = ([ref(a_n[j]) for j in r[3]], base is not None)
+            sigs.append(None)
         else:
-            cols["sigs"].append(g.sigs[n])
-        srcs = [(f"{a - n0}", True) if a >= n0 else (f"{pos[a]}", False) for a in a_n]
-        nodes.append((sig, "(" + "".join(ref(a) + ", " for a in a_n) + ")", srcs, op.differentiable))
+            sigs.append(g.sigs[n])
+        nodes.append((sig, [ref(a) for a in a_n], op.differentiable))
     m = n1 - n0
     # uses: counted now for nodes of the template; inputs gain theirs per step
-    cols["uses"] = [0] * m
-    in_uses = {}
+    uses, in_uses = [0] * m, {}
     for n in range(n0, n1):
         for a in g.args[n]:
             if a >= n0:
-                cols["uses"][a - n0] += 1
+                uses[a - n0] += 1
             else:
                 in_uses[pos[a]] = in_uses.get(pos[a], 0) + 1
-    for c, v in cols.items():
-        const["_" + c.upper()] = tuple(v)
-    attrs = [n - n0 for n in range(n0, n1) if g.attrs[n] is not None]
-    fn = _emit(const, _Template(len(ins), nodes, cols["sigs"], attrs, in_uses,
-                                [None if e is None else e.i - n0 for e in outs], m))
-    fn._runs = {}
+    const["SHAPES"], const["SIGS"], const["USES"] = tuple(shapes), tuple(sigs), tuple(uses)
+    t = _Template(len(ins), nodes, attrs, in_uses, [None if e is None else e.i - n0 for e in outs], m, const)
+    fn = _replay(t)
+    fn.template = t
     fn.out_shapes = tuple(None if e is None else g.shapes[e.i] for e in outs)
+    fn.runs = {}
     return fn
 
 
 class _Template:
-    """What _compile learned of a step, from which _emit writes a replay and run_of a loop."""
-    __slots__ = ("n_in", "nodes", "sigs", "attrs", "in_uses", "outs", "m")
+    """What _compile learned of a step: per node (signature: None, or the refs of its shared
+    operands and whether it is fused; its input refs; differentiable), a ref being ("in", j)
+    for input j or ("own", k) for the step's node k; the nodes with an attr; each input's uses
+    per step; the outputs' node indices; the number of nodes; and the constants the code
+    reads. Code for it is written with a prefix p on every name (local ``{p}i0``, constant
+    ``_{p}K0``), so that the steps of several templates share one function."""
+    __slots__ = ("n_in", "nodes", "attrs", "in_uses", "outs", "m", "const")
 
-    def __init__(self, n_in, nodes, sigs, attrs, in_uses, outs, m):
-        self.n_in, self.nodes, self.sigs, self.attrs = n_in, nodes, sigs, attrs
-        self.in_uses, self.outs, self.m = in_uses, outs, m
+    def __init__(self, n_in, nodes, attrs, in_uses, outs, m, const):
+        self.n_in, self.nodes, self.attrs, self.in_uses = n_in, nodes, attrs, in_uses
+        self.outs, self.m, self.const = outs, m, const
 
-
-def _step_lines(t: _Template, fixed: frozenset):
-    """(before, step, hoisted): the lines that append one step's nodes (n: its first id;
-    i{j}, D{j}, N{j}: input j's id, depth and needs-gradient flag), the lines a loop over
-    steps runs once before them (the work that reads only inputs in `fixed`, the same at
-    every step), and whether every signature is among those."""
-    before, step = [], []
-    hoist = True        # signatures are interned in node order, as step after step would
-    for k, (sig, args, srcs, differentiable) in enumerate(t.nodes):
-        if sig is not None:
-            lines, refs = sig
-            hoist = hoist and all(r[0] == "i" and int(r[1:]) in fixed for r in refs)
-            (before if hoist else step).extend(lines)
-        # depth: one more than the deepest input; the fixed inputs' part is taken once
-        var = [f"d{j}" if own else f"D{j}" for j, own in srcs if own or int(j) not in fixed]
-        con = [f"D{j}" for j, own in srcs if not own and int(j) in fixed]
-        if con and var:
-            before.append(f"C{k} = {_max(con)}")
-            var.append(f"C{k}")
-        elif con:
-            before.append(f"d{k} = {_max(con)} + 1")
-        if var:
-            step.append(f"d{k} = {_max(var)} + 1")
-        if not differentiable:
-            step.append(f"e{k} = False")
-            continue
-        es = [f"e{j}" if own else f"N{j}" for j, own in srcs]
-        step.append(f"e{k} = {' or '.join(es)}")
-    return before, step, hoist
+    def constants(self, p: str) -> dict:
+        return {f"_{p}{name}": v for name, v in self.const.items()}
 
 
 def _max(terms):
@@ -166,22 +137,62 @@ def _max(terms):
     return "max(" + ", ".join(terms) + ")"
 
 
-def _appends(t: _Template, sigs: str):
-    """The lines that append a step's nodes to the columns (sigs: the source of its
-    signatures' tuple, or None when they are all constants)."""
-    lines = [f"attrs[n + {k}] = _A{k}" for k in t.attrs]
-    lines.append("shapes_extend(_SHAPES)")
-    lines.append(f"sigs_extend({sigs or '_SIGS'})")
-    lines.append(f"args_extend(({', '.join(node[1] for node in t.nodes)},))")
-    lines.append(f"depths.extend(({', '.join(f'd{k}' for k in range(t.m))},))")
-    lines.append(f"needs.extend(({', '.join(f'e{k}' for k in range(t.m))},))")
-    return lines
+def _step_lines(t: _Template, p: str, fixed: frozenset, hoist: bool = True):
+    """(before, step, hoist): the lines that append one step's nodes but for the columns'
+    extends ({p}n: its first id; {p}i{j}, {p}D{j}, {p}N{j}: input j's id, depth and needs
+    flag), and the lines a loop over steps runs once before them: the work that reads only
+    inputs in `fixed`, the same at every step. Signature lookups move there only while every
+    earlier one did (hoist: whether all did, in and before this template): they intern new
+    signatures in node order, as step after step would."""
+    before, step = [], []
+
+    def name(r, kind):
+        return f"{p}{kind[1]}{r[1]}" if r[0] == "own" else f"{p}{kind[0]}{r[1]}"
+
+    for k, (sig, refs, differentiable) in enumerate(t.nodes):
+        if sig is not None:
+            ops, fused = sig
+            ids = [f"{p}n + {r[1]}" if r[0] == "own" else f"{p}i{r[1]}" for r in ops]
+            sk, M, s = ", ".join(ids), f"_{p}M{k}", f"{p}s{k}"
+            lines = [f"if {' and '.join(f'{M}[{j}] == {a}' for j, a in enumerate(ids))}: {s} = {M}[{len(ids)}]",
+                     "else:", f"    {s} = sigtab.get((_{p}K{k}, {sk}))"]
+            if fused:
+                lines.append(f"    if {s} is None and sigtab.get((_{p}BK{k}, {sk})) is None: "
+                             f"g._intern((_{p}BK{k}, {sk}), _{p}BO{k})")
+            lines += [f"    if {s} is None: {s} = g._intern((_{p}K{k}, {sk}), _{p}O{k})", f"    {M}[:] = ({sk}, {s})"]
+            hoist = hoist and all(r[0] == "in" and r[1] in fixed for r in ops)
+            (before if hoist else step).extend(lines)
+        # depth: one more than the deepest input; the fixed inputs' part is taken once
+        var = [name(r, "Dd") for r in refs if r[0] == "own" or r[1] not in fixed]
+        con = [name(r, "Dd") for r in refs if r[0] == "in" and r[1] in fixed]
+        if con and var:
+            before.append(f"{p}C{k} = {_max(con)}")
+            var.append(f"{p}C{k}")
+        elif con:
+            before.append(f"{p}d{k} = {_max(con)} + 1")
+        if var:
+            step.append(f"{p}d{k} = {_max(var)} + 1")
+        step.append(f"{p}e{k} = " + (" or ".join(name(r, "Ne") for r in refs) if differentiable else "False"))
+    return before, step, hoist
 
 
-def _sig_tuple(t: _Template):
-    if all(s is not None for s in t.sigs):
-        return None
-    return "(" + "".join(f"s{k}, " if s is None else f"{s}, " for k, s in enumerate(t.sigs)) + ")"
+def _appends(t: _Template, p: str, sigs: str, varying):
+    """The lines that append a step's nodes to the columns and count the uses of its inputs
+    in `varying` (sigs: the source of its signatures' tuple)."""
+    lines = [f"attrs[{p}n + {k}] = _{p}A{k}" for k in t.attrs]
+    lines += [f"shapes_extend(_{p}SHAPES)", f"sigs_extend({sigs})",
+              "args_extend((" + "".join("(" + "".join((f"{p}n + {r[1]}, " if r[0] == "own" else f"{p}i{r[1]}, ")
+                                                     for r in refs) + "), " for _, refs, _ in t.nodes) + "))",
+              f"depths.extend(({''.join(f'{p}d{k}, ' for k in range(t.m))}))",
+              f"needs.extend(({''.join(f'{p}e{k}, ' for k in range(t.m))}))"]
+    lines += [f"uses[{p}i{j}] += {c}" for j, c in sorted(t.in_uses.items()) if j in varying]
+    return lines + [f"uses.extend(_{p}USES)"]
+
+
+def _sig_tuple(t: _Template, p: str):
+    if all(s is not None for s in t.const["SIGS"]):
+        return f"_{p}SIGS"
+    return "(" + "".join(f"{p}s{k}, " if s is None else f"{s}, " for k, s in enumerate(t.const["SIGS"])) + ")"
 
 
 _HEAD = ["    depths, needs, uses, sigtab, attrs = g.depths, g.needs, g.uses, g._sigtab, g.attrs",
@@ -189,15 +200,13 @@ _HEAD = ["    depths, needs, uses, sigtab, attrs = g.depths, g.needs, g.uses, g.
          "    n = len(g.sigs)"]
 
 
-def _emit(const, t: _Template):
-    """The replay function of template t."""
+def _replay(t: _Template):
+    """The replay function of template t: fn(g, *ins) -> its outputs' Expressions."""
     names = ", ".join(f"i{j}" for j in range(t.n_in))
-    before, step, _ = _step_lines(t, frozenset())
+    before, step, _ = _step_lines(t, "", frozenset())
     src = [f"def replay(g, {names}):"] + _HEAD
     src += [f"    D{j} = depths[i{j}]; N{j} = needs[i{j}]" for j in range(t.n_in)]
-    src += ["    " + line for line in before + step + _appends(t, _sig_tuple(t))]
-    src += [f"    uses[i{j}] += {c}" for j, c in sorted(t.in_uses.items())]
-    src.append("    uses.extend(_USES)")
+    src += ["    " + line for line in before + step + _appends(t, "", _sig_tuple(t, ""), range(t.n_in))]
     rets = []
     for k, ok in enumerate(t.outs):
         if ok is None:            # a cell-less builder's c
@@ -206,49 +215,61 @@ def _emit(const, t: _Template):
         src += [f"    o{k} = _E()", f"    o{k}.cg = g", f"    o{k}.i = n + {ok}"]
         rets.append(f"o{k}")
     src.append(f"    return ({', '.join(rets)},)")
-    ns = dict(const)
+    ns = {"_E": Expression, **t.constants("")}
     exec(_code("\n".join(src), t.m), ns)
-    fn = ns["replay"]
-    fn._parts = (const, t)
-    return fn
+    return ns["replay"]
 
 
-def run_of(replay, stream: int, carry: tuple, emit: int):
-    """A function (g, *ins, xs) -> [Expression] that appends what calling replay step after
-    step would: one step per x of xs (Expressions of g), x's id as input `stream`, and for
-    each (k, j) of carry, output k of a step as input j of the next (an RNN's h and c);
-    returns output `emit` of every step. A sequence then costs one call, and its steps no
-    key, input tuple, or Expression but the one returned; the work that reads only the other
-    inputs (the parameters: signatures, their part of the depths, their uses) is done once."""
-    key = (stream, carry, emit)
-    run = replay._runs.get(key)
+def run_of(replays: tuple, stream: int, carry: tuple, emit: int):
+    """A function (g, ins, xs) -> [Expression] that appends what calling the replays (one per
+    layer of an RNN) step after step would: at every step, one step of each, for each x of xs
+    (Expressions of g) in turn. ins: the inputs of all the replays, one after the other. Input
+    `stream` of the first is x's id, of each later one output `emit` of the one before it
+    (their entries in ins are not read); for each (k, j) of carry, output k of a replay's
+    step is its input j at the next step (an RNN's h and c). Returns the last replay's output
+    `emit` of every step. A sequence then costs one call, and its steps no key, input tuple,
+    or Expression but the one returned; the work that reads only the other inputs (the
+    parameters: signatures, their part of the depths, their uses) is done once."""
+    key = (replays[1:], stream, carry, emit)
+    run = replays[0].runs.get(key)
     if run is not None:
         return run
-    const, t = replay._parts
+    ts = [r.template for r in replays]
     varying = {stream} | {j for _, j in carry}
-    fixed = frozenset(range(t.n_in)) - varying
-    before, step, hoisted = _step_lines(t, fixed)
-    sig = _sig_tuple(t)
-    if sig is not None and hoisted:
-        before.append(f"SG = {sig}")      # every signature is the same at every step
-        sig = "SG"
-    names = ", ".join(f"i{j}" for j in range(t.n_in))
-    src = [f"def run(g, {names}, xs):"] + _HEAD + ["    em = []"]
-    src += [f"    D{j} = depths[i{j}]; N{j} = needs[i{j}]" for j in range(t.n_in) if j != stream]
-    src += ["    " + line for line in before]
-    src += ["    for x in xs:", f"        i{stream} = x.i", f"        D{stream} = depths[i{stream}]; N{stream} = needs[i{stream}]"]
-    src += ["        " + line for line in step + _appends(t, sig)]
-    src += [f"        uses[i{j}] += {c}" for j, c in sorted(t.in_uses.items()) if j in varying]
-    src += ["        uses.extend(_USES)",
-            "        o = _E()", "        o.cg = g", f"        o.i = n + {t.outs[emit]}", "        em.append(o)"]
-    for k, j in carry:
-        src.append(f"        i{j} = n + {t.outs[k]}; D{j} = d{t.outs[k]}; N{j} = e{t.outs[k]}")
-    src.append(f"        n += {t.m}")
-    src += [f"    uses[i{j}] += {c} * len(xs)" for j, c in sorted(t.in_uses.items()) if j not in varying]
-    src.append("    return em")
-    ns = dict(const)
-    exec(_code("\n".join(src), t.m), ns)
-    run = replay._runs[key] = ns["run"]
+    pre, loop, post, ns = [], [], [], {"_E": Expression}
+    hoist, off, start = True, 0, 0
+    for l, t in enumerate(ts):
+        p = f"l{l}_"
+        ns.update(t.constants(p))
+        fixed = frozenset(range(t.n_in)) - varying
+        before, step, hoist = _step_lines(t, p, fixed, hoist)
+        sig = _sig_tuple(t, p)
+        if sig.startswith("(") and hoist:
+            before.append(f"{p}SG = {sig}")        # every signature is the same at every step
+            sig = f"{p}SG"
+        pre += [f"{p}i{j} = ins[{start + j}]" for j in range(t.n_in) if j != stream]
+        pre += [f"{p}D{j} = depths[{p}i{j}]; {p}N{j} = needs[{p}i{j}]" for j in range(t.n_in) if j != stream]
+        pre += before
+        loop.append(f"{p}n = n + {off}")
+        if l == 0:
+            loop += [f"{p}i{stream} = x.i", f"{p}D{stream} = depths[{p}i{stream}]; {p}N{stream} = needs[{p}i{stream}]"]
+        else:
+            q, ok = f"l{l - 1}_", ts[l - 1].outs[emit]
+            loop.append(f"{p}i{stream} = {q}n + {ok}; {p}D{stream} = {q}d{ok}; {p}N{stream} = {q}e{ok}")
+        loop += step + _appends(t, p, sig, varying)
+        post += [f"uses[{p}i{j}] += {c} * len(xs)" for j, c in sorted(t.in_uses.items()) if j not in varying]
+        off, start = off + t.m, start + t.n_in
+    p, t = f"l{len(ts) - 1}_", ts[-1]
+    loop += ["o = _E()", "o.cg = g", f"o.i = {p}n + {t.outs[emit]}", "em.append(o)"]
+    for l, t in enumerate(ts):
+        p = f"l{l}_"
+        loop += [f"{p}i{j} = {p}n + {t.outs[k]}; {p}D{j} = {p}d{t.outs[k]}; {p}N{j} = {p}e{t.outs[k]}" for k, j in carry]
+    loop.append(f"n += {off}")
+    src = (["def run(g, ins, xs):"] + _HEAD + ["    em = []"] + ["    " + line for line in pre]
+           + ["    for x in xs:"] + ["        " + line for line in loop] + ["    " + line for line in post]
+           + ["    return em"])
+    exec(_code("\n".join(src), off), ns)
+    run = replays[0].runs[key] = ns["run"]
     return run
 
 

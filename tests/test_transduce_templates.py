@@ -13,7 +13,8 @@ from autobatch.graph import ComputationGraph
 from check_kit import graph_columns
 
 COLUMNS = ("ops", "args", "attrs", "shapes", "sizes", "sigs", "depths", "needs", "uses", "sig_op")
-BUILDERS = ("VanillaLSTMBuilder", "LSTMBuilder", "SimpleRNNBuilder", "GRUBuilder")
+BUILDERS = ("VanillaLSTMBuilder", "LSTMBuilder", "SimpleRNNBuilder", "GRUBuilder", "GRUBuilder")
+LAYERS = (1, 2, 1, 1, 3)
 
 call = st.tuples(st.integers(0, 3),                     # which builder
                  st.sampled_from(["plain", "frozen", "dropout", "nodrop", "revert"]),
@@ -24,7 +25,7 @@ call = st.tuples(st.integers(0, 3),                     # which builder
 def _model():
     dy.reset_random_seed(3)
     pc = dy.ParameterCollection()
-    bs = [getattr(dy, n)(1 + (k == 1), 3, 4, pc) for k, n in enumerate(BUILDERS)]
+    bs = [getattr(dy, n)(layers, 3, 4, pc) for n, layers in zip(BUILDERS, LAYERS)]
     return pc, bs, pc.add_lookup_parameters((6, 3))
 
 
@@ -134,7 +135,7 @@ def _sequences(debug, builder, starts, seqs, hows=("transduce", "transduce")):
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.integers(0, 3), st.lists(st.sampled_from(["zero", "vecs"]), min_size=2, max_size=2),
+@given(st.integers(0, 4), st.lists(st.sampled_from(["zero", "vecs"]), min_size=2, max_size=2),
        st.lists(inputs, min_size=2, max_size=2))
 def test_sequence_loop_appends_what_steps_append(f64, monkeypatch, builder, starts, seqs):
     from autobatch import recipes
@@ -147,16 +148,14 @@ def test_sequence_loop_appends_what_steps_append(f64, monkeypatch, builder, star
     np.testing.assert_allclose(va, vb, rtol=1e-12)
     for a, b in zip(ga, gb):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
-    # one-layer builders (all but the 2-layer LSTMBuilder) loop once the template of a step
-    # after a sequence's first is known: from the second such step on
-    if builder == 1:
-        assert not made
-    elif sum(len(s) - 1 for s in seqs) >= 2:
+    # the builders (of one, two and three layers) loop once the templates of a step after a
+    # sequence's first are known: from the second such step on
+    if sum(len(s) - 1 for s in seqs) >= 2:
         assert made
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.integers(0, 3), st.lists(st.sampled_from(["zero", "vecs"]), min_size=2, max_size=2),
+@given(st.integers(0, 4), st.lists(st.sampled_from(["zero", "vecs"]), min_size=2, max_size=2),
        st.lists(inputs, min_size=2, max_size=2),
        st.lists(st.sampled_from(["transduce", "add_input", "mixed"]), min_size=2, max_size=2))
 def test_add_input_finds_the_templates_transduce_finds(f64, monkeypatch, builder, starts, seqs, hows):
