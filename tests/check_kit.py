@@ -100,7 +100,8 @@ def graph_columns(g, names):
     """The named columns of graph g as lists, for comparing two ways of building a graph;
     "uses" only for computed nodes: a parameter node's consumer count is not kept (the
     affine and lookup fast paths skip it), so it differs between the ways."""
-    cols = {c: list(getattr(g, c)) for c in names}
+    # a sparse column (attrs, datas) is a dict: its values, not only the nodes that have one
+    cols = {c: dict(col) if isinstance(col, dict) else list(col) for c in names for col in [getattr(g, c)]}
     if "uses" in cols:
         cols["uses"] = [u if s >= 0 else None for u, s in zip(cols["uses"], g.sigs)]
     return cols
