@@ -49,7 +49,7 @@ class _Run:
         self.pids = [tuple([e.i for e in P]) for P in exprs]    # node ids, for recipes.step
         self.masks_x = masks_x
         self.masks_h = masks_h
-        self.cells = {}     # node of an lstm_cell [h; c] -> its c slice, made once for s()
+        self.cells = {}     # node of an lstm_cell [h; c] -> (graph's reverts, its c slice), for s()
 
     def cell(self, c, H):
         """c as the (H,) cell vector: itself, or the slice of an lstm_cell output."""
@@ -57,9 +57,13 @@ class _Run:
             return c
         if type(c) is BatchedExpression:        # DyNet's minibatch: each element's
             return batch_of([self.cell(e, H) for e in c.xs])
-        e = self.cells.get(c.i)
-        if e is None:
-            e = self.cells[c.i] = dy.pickrange(c, H, 2 * H)
+        # the slice is made once per cell node, but a revert may have dropped it (and the cell,
+        # whose id a new cell then has): the memo holds only while no revert dropped nodes
+        hit = self.cells.get(c.i)
+        if hit is not None and hit[0] == c.cg.reverts:
+            return hit[1]
+        e = dy.pickrange(c, H, 2 * H)
+        self.cells[c.i] = (c.cg.reverts, e)
         return e
 
 
@@ -397,7 +401,9 @@ class _Builder:
                 else:
                     h, c = recipes.step(g, (self, l, form), ins, step, run.exprs[l], x, h, c, None)
                     if t is None:
-                        known[k] = recipes.replay_of(g, (self, l, form), ins) or False
+                        t = recipes.replay_of(g, (self, l, form), ins)
+                        if t is not None:       # (None: this step could not be a template)
+                            known[k] = t
                 hs[l], cs[l] = h, c
                 x = h
             out.append(x)

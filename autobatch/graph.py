@@ -182,6 +182,7 @@ class ComputationGraph:
         self._t_mark = time.perf_counter()
         self.where: dict = {}       # node -> (file, line) where it was built; debug mode only
         self._checkpoints: list = []
+        self.reverts = 0            # revert()s that dropped nodes: memos of node ids check it
         if rt.debug:
             self.__class__ = _DebugGraph   # recording add(); the normal add() pays nothing
 
@@ -443,6 +444,7 @@ class ComputationGraph:
         n = self._checkpoints.pop()
         if n >= len(self.sigs):
             return
+        self.reverts += 1
         self.exe.truncate(n)
         uses = self.uses
         for args in self.args[n:]:

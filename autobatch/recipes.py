@@ -25,6 +25,11 @@ def step(g, key, ins: tuple, build, *args) -> tuple:
     key = _full_key(g, key, ins)
     t = recipes.get(key)
     if t is None:
+        if len(set(ins)) != len(ins):
+            # a template tells its inputs apart by node (x is the state's h): this step is built
+            # the normal way, and the next one of the key, with distinct inputs, is recorded
+            # (replays need no distinct inputs: each reads its own)
+            return build(*args)
         return _record(g, key, ins, build, args)
     if t is _NO:
         return build(*args)
@@ -36,11 +41,11 @@ def _full_key(g, key, ins):
 
 
 def replay_of(g, key, ins: tuple):
-    """The function step(g, key, ins, ...) replays (called as fn(g, *ins)), or None when it
-    has no template for them yet or builds them the normal way: for a caller that steps many
-    times with inputs of the same shapes and wants to look the template up once."""
+    """The function step(g, key, ins, ...) replays (called as fn(g, *ins)), False when it builds
+    them the normal way, or None when it has no template for them yet: for a caller that steps
+    many times with inputs of the same shapes and wants to look the template up once."""
     t = g._recipes.get(_full_key(g, key, ins))
-    return None if t is None or t is _NO else t
+    return False if t is _NO else t
 
 
 def _record(g, key, ins, build, args):

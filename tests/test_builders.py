@@ -437,3 +437,38 @@ def test_a_parameter_serves_as_input_and_state_as_in_dynet(cls):
     np.testing.assert_array_equal(got, b.initial_state([dy.parameter(h0)] * n).add_input(p).output().npvalue())
     dy.sum_elems(b.initial_state().add_input(p).output()).backward()
     assert np.abs(p.grad_as_array()).sum() > 0
+
+
+def test_state_s_after_a_revert_names_the_cell_of_its_step(f64):
+    """s() keeps one slice node per LSTM cell node; a cg_revert that dropped both lets the same
+    step, built again, reuse the cell's id while the old slice's id went to another node."""
+    pc = dy.ParameterCollection()
+    b = dy.VanillaLSTMBuilder(1, 3, 4, pc)
+    E = pc.add_lookup_parameters((6, 3))
+    dy.renew_cg()
+    x = dy.lookup(E, 1)
+    s0 = b.initial_state()
+    dy.cg_checkpoint()
+    s0.add_input(x).s()
+    dy.cg_revert()
+    s1 = s0.add_input(x)
+    dy.tanh(dy.lookup(E, 2) * 3.0)         # takes the dropped slice's id
+    c, h = s1.s()
+    assert c.dim() == ((4,), 1)
+    np.testing.assert_allclose(c.npvalue(), dy.pickrange(s1._cs[0], 4, 8).npvalue())
+    np.testing.assert_allclose(h.npvalue(), s1.output().npvalue())
+
+
+def test_state_s_inside_a_vertex_function(f64):
+    m = dy.ParameterCollection()
+    rnn = dy.VanillaLSTMBuilder(1, 4, 3, m)
+
+    @dy.vertex_function(max_children=0)
+    def F(v):
+        v.push("c", rnn.initial_state().add_input(v.pull("x")).s()[0])
+    X = np.random.default_rng(5).normal(size=(3, 4))
+    dy.renew_cg()
+    got = F([dy.InputGraph([[], [], []])], x=[X])["c"].npvalue()
+    dy.renew_cg()
+    want = [rnn.initial_state().add_input(dy.inputVector(x)).s()[0].npvalue() for x in X]
+    np.testing.assert_allclose(np.asarray(got).reshape(3, 3), np.array(want), rtol=1e-12)

@@ -176,3 +176,19 @@ def test_add_input_finds_the_templates_transduce_finds(f64, monkeypatch, builder
     # add_input's steps (loop=False) in the graph without debug
     n_add = sum(len(s) if h == "add_input" else len(s) // 2 if h == "mixed" else 0 for s, h in zip(seqs, hows))
     assert plain.count(False) >= n_add
+
+
+def test_a_step_reading_its_own_state_leaves_the_template_to_later_steps():
+    """A step whose x is the state's h has repeated inputs, which a template cannot tell apart:
+    it is built the normal way, and later steps of its key still get (and loop) the template
+    instead of being built node by node for the rest of the graph."""
+    from autobatch import recipes
+    pc = dy.ParameterCollection()
+    b = dy.VanillaLSTMBuilder(2, 4, 4, pc)
+    E = pc.add_lookup_parameters((6, 4))
+    g = dy.renew_cg()
+    s = b.initial_state().add_input(dy.lookup(E, 0))
+    s.add_input(s.h()[0])                  # x is layer 0's h
+    b.initial_state().transduce([dy.lookup(E, j) for j in range(6)])
+    assert not any(v is recipes._NO for v in g._recipes.values())
+    assert all(g._transduce[b].values())

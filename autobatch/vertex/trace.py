@@ -66,6 +66,7 @@ class TraceGraph(ThroughAdd):
     """Duck-types the parts of ComputationGraph that the API functions use."""
 
     is_trace = True
+    reverts = 0         # revert() is refused: memos of node ids (builders' _Run.cell) always hold
 
     def refuse(self, what):
         """What only a computation graph does (renew it, checkpoint it, compute values)."""
