@@ -6,7 +6,9 @@ rule lookups, six list appends), most of a BiLSTM's graph building. The first st
 in a graph is built the normal way and recorded as a template; later steps with the same key
 run one generated function that appends all its nodes with one ``extend`` per constant
 column. Signatures that depend on a shared operand's node id (W of an affine) are looked up
-per step, so a template never assumes which parameter node it reads."""
+per step, so a template never assumes which parameter node it reads. ``run_of`` writes, from
+the templates of an RNN's layers, one loop that appends the rest of a sequence: per step, each
+layer's nodes in turn, the parameters' part (signatures, depths, uses) done once before it."""
 from __future__ import annotations
 
 from .graph import _RULES, Expression, ThroughAdd, _rule
