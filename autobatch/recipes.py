@@ -125,11 +125,16 @@ class _Template:
     per step; the outputs' node indices; the number of nodes; and the constants the code
     reads. Code for it is written with a prefix p on every name (local ``{p}i0``, constant
     ``_{p}K0``), so that the steps of several templates share one function."""
-    __slots__ = ("n_in", "nodes", "attrs", "in_uses", "outs", "m", "const")
+    __slots__ = ("n_in", "nodes", "attrs", "in_uses", "outs", "m", "const", "key")
 
     def __init__(self, n_in, nodes, attrs, in_uses, outs, m, const):
         self.n_in, self.nodes, self.attrs, self.in_uses = n_in, nodes, attrs, in_uses
         self.outs, self.m, self.const = outs, m, const
+        # what the code depends on (the constants' values are bound per graph): templates of
+        # equal keys share their code, written and compiled once (_CODES)
+        self.key = (n_in, tuple((None if sig is None else (tuple(sig[0]), sig[1]), tuple(refs), d)
+                                for sig, refs, d in nodes),
+                    tuple(attrs), tuple(sorted(in_uses.items())), tuple(outs), m, const["SIGS"])
 
     def constants(self, p: str) -> dict:
         return {f"_{p}{name}": v for name, v in self.const.items()}
@@ -209,6 +214,12 @@ _HEAD = ["    depths, needs, uses, sigtab, attrs = g.depths, g.needs, g.uses, g.
 
 def _replay(t: _Template):
     """The replay function of template t: fn(g, *ins) -> its outputs' Expressions."""
+    ns = {"_E": Expression, **t.constants("")}
+    exec(_code(("replay", t.key), lambda: _replay_source(t), t.m), ns)
+    return ns["replay"]
+
+
+def _replay_source(t: _Template) -> str:
     names = ", ".join(f"i{j}" for j in range(t.n_in))
     before, step, _ = _step_lines(t, "", frozenset())
     src = [f"def replay(g, {names}):"] + _HEAD
@@ -222,9 +233,7 @@ def _replay(t: _Template):
         src += [f"    o{k} = _E()", f"    o{k}.cg = g", f"    o{k}.i = n + {ok}"]
         rets.append(f"o{k}")
     src.append(f"    return ({', '.join(rets)},)")
-    ns = {"_E": Expression, **t.constants("")}
-    exec(_code("\n".join(src), t.m), ns)
-    return ns["replay"]
+    return "\n".join(src)
 
 
 def run_of(replays: tuple, stream: int, carry: tuple, emit: int):
@@ -242,12 +251,22 @@ def run_of(replays: tuple, stream: int, carry: tuple, emit: int):
     if run is not None:
         return run
     ts = [r.template for r in replays]
+    ns = {"_E": Expression}
+    for l, t in enumerate(ts):
+        ns.update(t.constants(f"l{l}_"))
+    code = _code(("run", tuple(t.key for t in ts), stream, carry, emit),
+                 lambda: _run_source(ts, stream, carry, emit), sum(t.m for t in ts))
+    exec(code, ns)
+    run = replays[0].runs[key] = ns["run"]
+    return run
+
+
+def _run_source(ts, stream, carry, emit) -> str:
     varying = {stream} | {j for _, j in carry}
-    pre, loop, post, ns = [], [], [], {"_E": Expression}
+    pre, loop, post = [], [], []
     hoist, off, start = True, 0, 0
     for l, t in enumerate(ts):
         p = f"l{l}_"
-        ns.update(t.constants(p))
         fixed = frozenset(range(t.n_in)) - varying
         before, step, hoist = _step_lines(t, p, fixed, hoist)
         sig = _sig_tuple(t, p)
@@ -272,25 +291,21 @@ def run_of(replays: tuple, stream: int, carry: tuple, emit: int):
         p = f"l{l}_"
         loop += [f"{p}i{j} = {p}n + {t.outs[k]}; {p}D{j} = {p}d{t.outs[k]}; {p}N{j} = {p}e{t.outs[k]}" for k, j in carry]
     loop.append(f"n += {off}")
-    src = (["def run(g, ins, xs):"] + _HEAD + ["    em = []"] + ["    " + line for line in pre]
-           + ["    for x in xs:"] + ["        " + line for line in loop] + ["    " + line for line in post]
-           + ["    return em"])
-    exec(_code("\n".join(src), off), ns)
-    run = replays[0].runs[key] = ns["run"]
-    return run
+    return "\n".join(["def run(g, ins, xs):"] + _HEAD + ["    em = []"] + ["    " + line for line in pre]
+                     + ["    for x in xs:"] + ["        " + line for line in loop]
+                     + ["    " + line for line in post] + ["    return em"])
 
 
-_CODES: dict = {}     # source -> code object: each new graph records its templates again
+_CODES: dict = {}     # a template's key (or a loop's keys) -> its compiled code
 
 
-def _code(src: str, m: int):
-    """compile() of a template's source, cached: the same model writes the same source
-    (signature ids are per graph, but they repeat from graph to graph), and compiling took
-    a tenth of a BiLSTM minibatch's build time at H=128."""
-    c = _CODES.get(src)
+def _code(key, source, m: int):
+    """The code of a replay or a loop, written (source()) and compiled once per key: each new
+    graph records its templates again, and writing and compiling their code took a tenth of a
+    BiLSTM minibatch's build time at H=128, and a third of a one-sentence BiLSTM graph's."""
+    c = _CODES.get(key)
     if c is None:
         if len(_CODES) > 256:
             _CODES.clear()
-        c = _CODES[src] = compile(src, f"<autobatch recipe of {m} nodes>", "exec")
+        c = _CODES[key] = compile(source(), f"<autobatch recipe of {m} nodes>", "exec")
     return c
-

@@ -192,3 +192,32 @@ def test_a_step_reading_its_own_state_leaves_the_template_to_later_steps():
     b.initial_state().transduce([dy.lookup(E, j) for j in range(6)])
     assert not any(v is recipes._NO for v in g._recipes.values())
     assert all(g._transduce[b].values())
+
+
+def test_a_new_graph_of_the_same_model_writes_no_code(monkeypatch):
+    """Templates are recorded again in every graph, but their code (and the loops') is written
+    and compiled once per structure: a one-sentence graph spent a third of its build on it."""
+    from autobatch import recipes
+    monkeypatch.setattr(recipes, "_CODES", {})     # (earlier tests may have written the same code)
+    written = []
+    for name in ("_replay_source", "_run_source"):
+        f = getattr(recipes, name)
+        monkeypatch.setattr(recipes, name, lambda *a, f=f: written.append(f) or f(*a))
+    pc = dy.ParameterCollection()
+    bs = [dy.VanillaLSTMBuilder(1, 3, 4, pc), dy.GRUBuilder(2, 3, 4, pc)]
+    E = pc.add_lookup_parameters((6, 3))
+
+    def sentence():
+        dy.renew_cg()
+        xs = [dy.lookup(E, j) for j in range(5)]
+        outs = [b.initial_state().transduce(xs)[-1] for b in bs]
+        s = bs[0].initial_state()
+        for x in xs:
+            s = s.add_input(x)
+        return dy.esum([dy.sum_elems(h) for h in outs + [s.output()]]).value()
+
+    first = sentence()
+    assert written                  # the first graph wrote its templates' and loops' code
+    written.clear()
+    assert sentence() == first
+    assert written == []
