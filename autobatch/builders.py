@@ -42,14 +42,13 @@ class _Run:
     current graph and the dropout masks (the same along the sequence, unless
     set_dropout_masks() draws new ones)."""
 
-    __slots__ = ("exprs", "pids", "masks_x", "masks_h", "cells", "__weakref__")
+    __slots__ = ("exprs", "pids", "masks_x", "masks_h", "__weakref__")
 
     def __init__(self, exprs, masks_x, masks_h):
         self.exprs = exprs
         self.pids = [tuple([e.i for e in P]) for P in exprs]    # node ids, for recipes.step
         self.masks_x = masks_x
         self.masks_h = masks_h
-        self.cells = {}     # node of an lstm_cell [h; c] -> (graph's reverts, its c slice), for s()
 
     def cell(self, c, H):
         """c as the (H,) cell vector: itself, or the slice of an lstm_cell output."""
@@ -57,13 +56,11 @@ class _Run:
             return c
         if type(c) is BatchedExpression:        # DyNet's minibatch: each element's
             return batch_of([self.cell(e, H) for e in c.xs])
-        # the slice is made once per cell node, but a revert may have dropped it (and the cell,
-        # whose id a new cell then has): the memo holds only while no revert dropped nodes
-        hit = self.cells.get(c.i)
-        if hit is not None and hit[0] == c.cg.reverts:
-            return hit[1]
-        e = dy.pickrange(c, H, 2 * H)
-        self.cells[c.i] = (c.cg.reverts, e)
+        # one slice per cell node, kept by the graph, whose revert() drops it with the cell
+        cells = c.cg._cells
+        e = cells.get(c.i)
+        if e is None:
+            e = cells[c.i] = dy.pickrange(c, H, 2 * H)
         return e
 
 

@@ -154,6 +154,7 @@ class ComputationGraph:
         self.pnode: dict = {}       # (id(param), update) -> node
         self._pfast: dict = {}      # param -> node, for update=True
         self._pexpr: dict = {}      # param -> its Expression, for dy.parameter(p)
+        self._cells: dict = {}      # lstm_cell [h; c] node -> its c slice, for RNNState.s() (builders.py)
         self._sigtab: dict = {}     # per-graph signature interning (shared node ids are per graph)
         self._fast: dict = {}       # add1/add2 caches (signatures are per graph)
         self._faff: dict = {}       # add_affine cache
@@ -182,7 +183,6 @@ class ComputationGraph:
         self._t_mark = time.perf_counter()
         self.where: dict = {}       # node -> (file, line) where it was built; debug mode only
         self._checkpoints: list = []
-        self.reverts = 0            # revert()s that dropped nodes: memos of node ids check it
         if rt.debug:
             self.__class__ = _DebugGraph   # recording add(); the normal add() pays nothing
 
@@ -444,7 +444,6 @@ class ComputationGraph:
         n = self._checkpoints.pop()
         if n >= len(self.sigs):
             return
-        self.reverts += 1
         self.exe.truncate(n)
         uses = self.uses
         for args in self.args[n:]:
@@ -465,6 +464,7 @@ class ComputationGraph:
         self.pnode = {k: v for k, v in self.pnode.items() if v < n}
         self._pfast = {k: v for k, v in self._pfast.items() if v < n}
         self._pexpr = {k: v for k, v in self._pexpr.items() if v.i < n}
+        self._cells = {k: v for k, v in self._cells.items() if v.i < n}      # (a slice follows its cell)
         self._fast = {k: v for k, v in self._fast.items() if not (type(k[1]) is int and k[1] >= n)}
         self._faff = {k: v for k, v in self._faff.items() if v[6] < n and v[7] < n}
         self._fmm = {k: v for k, v in self._fmm.items() if v[5] < n}

@@ -66,7 +66,6 @@ class TraceGraph(ThroughAdd):
     """Duck-types the parts of ComputationGraph that the API functions use."""
 
     is_trace = True
-    reverts = 0         # revert() is refused: memos of node ids (builders' _Run.cell) always hold
 
     def refuse(self, what):
         """What only a computation graph does (renew it, checkpoint it, compute values)."""
@@ -100,6 +99,7 @@ class TraceGraph(ThroughAdd):
         self.sizes: list = []
         self.ext: dict = {}        # symbol -> Parameter (api checks "is a parameter node" here)
         self.pnode: dict = {}
+        self._cells: dict = {}     # as ComputationGraph's (RNNState.s())
 
     def _new(self, src, op, shape):
         n = len(self.src)
