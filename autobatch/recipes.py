@@ -61,8 +61,9 @@ def _record(g, key, ins, build, args):
 
 def _compile(g, n0, n1, ins, outs):
     """A function (g, *ins) -> outs that appends the nodes [n0, n1) again, or None when they
-    cannot be replayed (data per node, nodes that read outside ins, unbatchable ops)."""
-    if n1 == n0 or len(set(ins)) != len(ins) or any(e is not None and (type(e) is not Expression or not n0 <= e.i < n1) for e in outs):
+    cannot be replayed (data per node, nodes that read outside ins, unbatchable ops). ins are
+    distinct (step() builds a step that repeats an input plainly)."""
+    if n1 == n0 or any(e is not None and (type(e) is not Expression or not n0 <= e.i < n1) for e in outs):
         return None
     pos = {a: j for j, a in enumerate(ins)}
     const = {}                  # the template's constants, by name without prefix (see _Template)
@@ -140,6 +141,12 @@ class _Template:
         return {f"_{p}{name}": v for name, v in self.const.items()}
 
 
+def _ref(r, p: str, own: str = "{p}n + {k}", inp: str = "{p}i{k}") -> str:
+    """Source naming ref r (a node of the step or an input) under prefix p: its id by default,
+    or with other patterns its depth (d/D) or needs flag (e/N)."""
+    return (own if r[0] == "own" else inp).format(p=p, k=r[1])
+
+
 def _max(terms):
     """Source of the largest of terms (names): a conditional for two, cheaper than max()."""
     if len(terms) == 1:
@@ -157,14 +164,10 @@ def _step_lines(t: _Template, p: str, fixed: frozenset, hoist: bool = True):
     earlier one did (hoist: whether all did, in and before this template): they intern new
     signatures in node order, as step after step would."""
     before, step = [], []
-
-    def name(r, kind):
-        return f"{p}{kind[1]}{r[1]}" if r[0] == "own" else f"{p}{kind[0]}{r[1]}"
-
     for k, (sig, refs, differentiable) in enumerate(t.nodes):
         if sig is not None:
             ops, fused = sig
-            ids = [f"{p}n + {r[1]}" if r[0] == "own" else f"{p}i{r[1]}" for r in ops]
+            ids = [_ref(r, p) for r in ops]
             sk, M, s = ", ".join(ids), f"_{p}M{k}", f"{p}s{k}"
             lines = [f"if {' and '.join(f'{M}[{j}] == {a}' for j, a in enumerate(ids))}: {s} = {M}[{len(ids)}]",
                      "else:", f"    {s} = sigtab.get((_{p}K{k}, {sk}))"]
@@ -175,8 +178,8 @@ def _step_lines(t: _Template, p: str, fixed: frozenset, hoist: bool = True):
             hoist = hoist and all(r[0] == "in" and r[1] in fixed for r in ops)
             (before if hoist else step).extend(lines)
         # depth: one more than the deepest input; the fixed inputs' part is taken once
-        var = [name(r, "Dd") for r in refs if r[0] == "own" or r[1] not in fixed]
-        con = [name(r, "Dd") for r in refs if r[0] == "in" and r[1] in fixed]
+        var = [_ref(r, p, "{p}d{k}", "{p}D{k}") for r in refs if r[0] == "own" or r[1] not in fixed]
+        con = [_ref(r, p, "{p}d{k}", "{p}D{k}") for r in refs if r[0] == "in" and r[1] in fixed]
         if con and var:
             before.append(f"{p}C{k} = {_max(con)}")
             var.append(f"{p}C{k}")
@@ -184,7 +187,8 @@ def _step_lines(t: _Template, p: str, fixed: frozenset, hoist: bool = True):
             before.append(f"{p}d{k} = {_max(con)} + 1")
         if var:
             step.append(f"{p}d{k} = {_max(var)} + 1")
-        step.append(f"{p}e{k} = " + (" or ".join(name(r, "Ne") for r in refs) if differentiable else "False"))
+        step.append(f"{p}e{k} = " + (" or ".join(_ref(r, p, "{p}e{k}", "{p}N{k}") for r in refs)
+                                     if differentiable else "False"))
     return before, step, hoist
 
 
@@ -193,8 +197,8 @@ def _appends(t: _Template, p: str, sigs: str, varying):
     in `varying` (sigs: the source of its signatures' tuple)."""
     lines = [f"attrs[{p}n + {k}] = _{p}A{k}" for k in t.attrs]
     lines += [f"shapes_extend(_{p}SHAPES)", f"sigs_extend({sigs})",
-              "args_extend((" + "".join("(" + "".join((f"{p}n + {r[1]}, " if r[0] == "own" else f"{p}i{r[1]}, ")
-                                                     for r in refs) + "), " for _, refs, _ in t.nodes) + "))",
+              "args_extend((" + "".join("(" + "".join(_ref(r, p) + ", " for r in refs) + "), "
+                                        for _, refs, _ in t.nodes) + "))",
               f"depths.extend(({''.join(f'{p}d{k}, ' for k in range(t.m))}))",
               f"needs.extend(({''.join(f'{p}e{k}, ' for k in range(t.m))}))"]
     lines += [f"uses[{p}i{j}] += {c}" for j, c in sorted(t.in_uses.items()) if j in varying]
