@@ -59,15 +59,21 @@ def _build(debug, calls):
         dy.set_debug(False)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(call, min_size=2, max_size=8))
-def test_transduce_templates_build_what_add_builds(f64, calls):
-    (ca, va, ga), (cb, vb, gb) = _build(False, calls), _build(True, calls)
+def _assert_same(built, want):
+    """Two (columns, loss value, gradients) of _build or _sequences: equal columns, values and
+    gradients (templates against the debug graph's add() per node)."""
+    (ca, va, ga), (cb, vb, gb) = built, want
     for c in COLUMNS:
         assert ca[c] == cb[c], c
     np.testing.assert_allclose(va, vb, rtol=1e-12)
     for a, b in zip(ga, gb):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(call, min_size=2, max_size=8))
+def test_transduce_templates_build_what_add_builds(f64, calls):
+    _assert_same(_build(False, calls), _build(True, calls))
 
 
 def test_frozen_state_between_two_trained_ones(f64):
@@ -142,12 +148,7 @@ def test_sequence_loop_appends_what_steps_append(f64, monkeypatch, builder, star
     made = []
     run_of = recipes.run_of
     monkeypatch.setattr(recipes, "run_of", lambda *a: made.append(a) or run_of(*a))
-    (ca, va, ga), (cb, vb, gb) = _sequences(False, builder, starts, seqs), _sequences(True, builder, starts, seqs)
-    for c in COLUMNS:
-        assert ca[c] == cb[c], c
-    np.testing.assert_allclose(va, vb, rtol=1e-12)
-    for a, b in zip(ga, gb):
-        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    _assert_same(_sequences(False, builder, starts, seqs), _sequences(True, builder, starts, seqs))
     # the builders (of one, two and three layers) loop once the templates of a step after a
     # sequence's first are known: from the second such step on
     if sum(len(s) - 1 for s in seqs) >= 2:
@@ -166,13 +167,7 @@ def test_add_input_finds_the_templates_transduce_finds(f64, monkeypatch, builder
     plain = []
     steps = _Builder._plain_steps
     monkeypatch.setattr(_Builder, "_plain_steps", lambda *a: plain.append(a[3]) or steps(*a))
-    (ca, va, ga), (cb, vb, gb) = (_sequences(False, builder, starts, seqs, hows),
-                                  _sequences(True, builder, starts, seqs, hows))
-    for c in COLUMNS:
-        assert ca[c] == cb[c], c
-    np.testing.assert_allclose(va, vb, rtol=1e-12)
-    for a, b in zip(ga, gb):
-        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    _assert_same(_sequences(False, builder, starts, seqs, hows), _sequences(True, builder, starts, seqs, hows))
     # add_input's steps (loop=False) in the graph without debug
     n_add = sum(len(s) if h == "add_input" else len(s) // 2 if h == "mixed" else 0 for s, h in zip(seqs, hows))
     assert plain.count(False) >= n_add
