@@ -471,3 +471,25 @@ def test_wide_sum_of_one_parameter_repeated(strategy):
     loss = dy.esum([dy.sum_elems(dy.esum([p] * 5)) * (k + 1) for k in range(2)])
     loss.backward()
     np.testing.assert_allclose(p.grad_as_array(), np.full(3, 15.0))
+
+
+def test_a_node_read_by_every_node_of_a_batch_gets_their_gradients_summed(f64, m):
+    """Attention's query dotted with every key: one dot_product batch reads the query's
+    block once per key, so backward adds the keys' gradients into one block many times
+    over (a scatter with repeated rows)."""
+    def build_loss():
+        losses = []
+        for n in (3, 5, 4):
+            keys = [dy.tanh(m["W"] * m["E"][(t + n) % 7] + m["b"]) for t in range(n)]
+            q = dy.tanh(m["W"] * keys[-1])
+            scores = dy.concatenate([dy.dot_product(q, k) for k in keys])
+            losses.append(dy.pickneglogsoftmax(scores, 0))
+        return dy.esum(losses)
+
+    want = _value_and_grads(m, "none", build_loss)
+    _same(_value_and_grads(m, "agenda", build_loss), want)
+    # the batch of all 12 dot products gathered its queries: three blocks, each repeated
+    dots = [b for b in dy.cg().exe.batches if getattr(b, "op", None) is OPS["dot_product"]]
+    assert [len(b.ids) for b in dots] == [12]
+    kind, srcs, _ = dots[0].ins[0]
+    assert kind == "gather" and len(set(srcs)) == 3

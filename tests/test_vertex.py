@@ -199,6 +199,28 @@ def test_shared_children_dag(f64):
            _run(pc, lambda: dy.sum_elems(f([g], x=x)["y"])))
 
 
+def test_shared_children_within_one_frontier(f64):
+    """Parents that run together and read the same child in the same slot: backward adds
+    their gradients into that child's row as repeated rows of one scatter."""
+    pc = dy.ParameterCollection()
+    W = pc.add_parameters((2, 2))
+    E = pc.add_lookup_parameters((3, 2))
+
+    @dy.vertex_function(max_children=2)
+    def f(v):
+        h = dy.tanh(v.pull("x") + dy.lookup(E, 1)) if v.is_leaf else \
+            dy.tanh(W * dy.cmult(v.gather(0), v.gather(1)) + dy.lookup(E, 2))
+        v.scatter(h)
+        v.push("y", dy.sum_elems(h))
+
+    # vertices 2, 3 and 4 are one frontier, each with children (0, 1) or (1, 0)
+    g = dy.InputGraph([[], [], [0, 1], [0, 1], [1, 0], [2, 3], [5, 4]])
+    x = np.array([[0.3, -0.2], [0.5, 0.1]] + [[0, 0]] * 5)
+    xs = [x, x[:, ::-1]]
+    _close(_run(pc, lambda: _sum_pushed(f.unbatched([g, g], x=xs), "y")),
+           _run(pc, lambda: dy.sum_elems(f([g, g], x=xs)["y"])))
+
+
 # ops whose backward the vertex engine splits (input grads per frontier, parameter grads once)
 _SPLIT = {   # name -> (input shapes of one node, shared inputs given without the batch axis)
     "matmul_shared": [(5, 3), (3,)],
