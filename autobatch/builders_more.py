@@ -163,13 +163,13 @@ class CoupledLSTMBuilder(_Builder):
     def disable_dropout(self) -> None:
         self.dropout = self.dropout_h = self.dropout_c = 0.0
 
-    def _masks(self):
+    def _masks(self, batch_size: int = 1):
         if not runtime.state().dropout or not (self.dropout or self.dropout_h or self.dropout_c):
             return None, None
         H, L = self.hidden_dim, self.layers
 
         def mask(p, d):
-            return dy.dropout(dy.ones(d), p) if p > 0 else None
+            return dy.dropout(dy.ones(d, batch_size), p) if p > 0 else None
         mx = [mask(self.dropout, self.input_dim if l == 0 else H) for l in range(L)]
         # one (h mask, c mask) pair per layer: the step receives it as its "mh"
         mhc = [(mask(self.dropout_h, H), mask(self.dropout_c, H)) for _ in range(L)]
@@ -209,7 +209,7 @@ class FastLSTMBuilder(CoupledLSTMBuilder):
     _kind = "fast-lstm"
     _peepholes = False
 
-    def _masks(self):
+    def _masks(self, batch_size: int = 1):
         return None, None
 
 

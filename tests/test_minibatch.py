@@ -333,6 +333,34 @@ def test_builder_masks_and_softmax_builders_per_element():
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
+@pytest.mark.parametrize("kind", ["VanillaLSTMBuilder", "LSTMBuilder", "SimpleRNNBuilder", "CoupledLSTMBuilder"])
+@pytest.mark.parametrize("call", ["add_input", "transduce"])
+def test_builder_draws_its_masks_per_element_of_the_first_input(kind, call):
+    """As DyNet's builders (set_dropout_masks(x's batch size) at a sequence's first input):
+    identical sentences of a minibatch are dropped differently, and each keeps its own masks
+    along the sequence."""
+    dy.set_dropout(True)
+    try:
+        pc = dy.ParameterCollection()
+        b = getattr(dy, kind)(1, 8, 6, pc)
+        b.set_dropout(0.5)
+        dy.renew_cg()
+        xs = [dy.inputTensor(np.ones((8, 4)), batched=True) for _ in range(3)]
+        s = b.initial_state()
+        if call == "add_input":
+            outs = [st.output() for st in s.add_inputs(xs)]
+        else:
+            outs = s.transduce(xs)
+        out = [o.npvalue() for o in outs]                      # (6, 4) each
+        assert out[0].shape == (6, 4)
+        for o in out:
+            assert not any(np.allclose(o[:, 0], o[:, k]) for k in range(1, 4))
+        masks = b._last_run().masks_x[0]                     # the first layer's mask on x
+        assert type(masks).__name__ == "BatchedExpression" and len(masks.xs) == 4
+    finally:
+        dy.set_dropout(False)
+
+
 def test_minibatch_misuse_of_inputs():
     dy.renew_cg()
     with pytest.raises(dy.GraphError, match="one shape"):
