@@ -874,6 +874,8 @@ def _num(c):
     t = type(c)
     if t is Expression or t is float or t is int:   # the usual cases, without ABC checks
         return t is not Expression
+    if t is np.ndarray:         # a 0-d array of numbers, as NumPy's own operators return them
+        return c.ndim == 0 and c.dtype.kind in "iuf"
     return isinstance(c, numbers.Real) and t is not bool
 
 

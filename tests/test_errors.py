@@ -663,6 +663,20 @@ def test_what_dynet_takes_for_numbers_still_passes(m):
         assert t.learning_rate == float(np.asarray(lr).reshape(()))
 
 
+def test_a_zero_dimensional_array_is_a_number_on_either_side_of_an_operator():
+    """NumPy's reductions give 0-d arrays (x.sum(), np.array(2.0)): e * a is a * e, as it is for
+    a NumPy scalar; arrays of more elements and booleans are refused, whichever side."""
+    dy.renew_cg()
+    e = dy.inputVector([1.0, 2.0])
+    a = np.array(2.0)
+    for got, want in ((e * a, [2.0, 4.0]), (a * e, [2.0, 4.0]), (e + a, [3.0, 4.0]), (e - np.array(1), [0.0, 1.0]),
+                      (a - e, [1.0, 0.0]), (e / np.array(2, dtype=np.int32), [0.5, 1.0])):
+        assert got.npvalue().tolist() == want
+    for bad in (np.array([2.0]), np.array(True)):
+        with pytest.raises(TypeError, match=r"operator \*"):
+            e * bad
+
+
 def test_a_huge_finite_gradient_updates_with_clipping_off_as_dynet(m):
     """Its float32 norm overflows to inf; with clipping off DyNet updates, and so do we (with
     clipping on, DyNet refuses: 'Magnitude of gradient is bad')."""
