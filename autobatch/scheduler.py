@@ -31,30 +31,53 @@ def schedule(strategy: Strategy, lo: int, hi: int, sigs: list, depths: list, arg
     if uses is None:
         uses = np.bincount(np.fromiter(itertools.chain.from_iterable(args), dtype=np.int64),
                            minlength=len(args)).tolist()
-    if hi - lo <= _SMALL:
-        return _small_plan(lo, hi, sigs, depths, args, heavy_of_sig, uses)
-    if family is None:
+    if hi - lo <= _CACHED:
+        return _cached_plan(lo, hi, sigs, depths, args, heavy_of_sig, uses, family)
+    return _plan(lo, hi, sigs, depths, args, heavy_of_sig, uses, family)
+
+
+def _plan(lo, hi, sigs, depths, args, heavy_of_sig, uses, family):
+    if hi - lo <= _SMALL or family is None:
         return _agenda(lo, hi, sigs, depths, args, heavy_of_sig, uses)
     return _adaptive(lo, hi, sigs, depths, args, heavy_of_sig, uses, family)
 
 
-# plans of small forwards by everything _agenda_small reads: a program that builds a graph per
-# sentence meets the same few structures again and again (a bag of words per length), and the
-# plan costs about a microsecond a node to make (24 us of DyNet's bow.py's 250 us step), the
-# key a tenth of that. Plans are shared: the executor never changes one.
-_PLANS: dict = {}
-_PLANS_MAX = 1024     # keys hold up to 5 x 256 ints: a few MB when full
+# Plans of forwards of up to _CACHED nodes, by everything a plan depends on: a program that
+# builds a graph per sentence meets the same few structures again and again (a bag of words
+# per length, a BiLSTM per sentence length), and a plan costs about a microsecond a node to
+# make (24 us of DyNet's bow.py's 250 us step; DyNet's bilstm-tagger.py spent 250 us a
+# sentence planning, 7% of its step, when only plans of up to 256 nodes were kept). The whole
+# key costs a fifth of a plan (46 of 250 us for a 450-node tree), too much for programs whose
+# graphs rarely repeat (a tree per graph): its cheap first part, the signatures, is looked up
+# first, and the rest made only for signatures met before. Keys hold the graph's own ints and argument tuples,
+# about a hundred bytes a node; the cache is emptied when it holds more than _PLANS_NODES
+# nodes. Plans are shared: the executor never changes one. Larger forwards (a minibatch of
+# many instances) rarely repeat, and keying them would cost more.
+_CACHED = 2048
+_PLANS: dict = {}       # (ruled, lo, signatures) -> {the rest of the key -> plan}
+_PLANS_NODES = 1 << 18
+_plans_nodes = 0
 
 
-def _small_plan(lo, hi, sigs, depths, args, heavy_of_sig, uses):
+def _cached_plan(lo, hi, sigs, depths, args, heavy_of_sig, uses, family):
+    global _plans_nodes
     sig = tuple(sigs[lo:hi])
-    key = (lo, sig, tuple(depths[lo:hi]), tuple(uses[lo:hi]), tuple(args[lo:hi]),
-           tuple([heavy_of_sig(s) for s in range(max(sig) + 1)]) if sig else ())
-    plan = _PLANS.get(key)
-    if plan is None:
-        if len(_PLANS) >= _PLANS_MAX:
+    # ruled: a family picks the rule (else the level rule alone makes the plan)
+    first = (family is not None and hi - lo > _SMALL, lo, sig)
+    kept = _PLANS.get(first)
+    if kept is None:
+        if _plans_nodes + hi - lo > _PLANS_NODES:
             _PLANS.clear()
-        plan = _PLANS[key] = _agenda(lo, hi, sigs, depths, args, heavy_of_sig, uses)
+            _plans_nodes = 0
+        _PLANS[first] = {}
+        _plans_nodes += hi - lo
+        return _plan(lo, hi, sigs, depths, args, heavy_of_sig, uses, family)
+    rest = (tuple(depths[lo:hi]), tuple(uses[lo:hi]), tuple(args[lo:hi]),
+            tuple([heavy_of_sig(s) for s in range(max(sig) + 1)]) if sig else ())
+    plan = kept.get(rest)
+    if plan is None:
+        plan = kept[rest] = _plan(lo, hi, sigs, depths, args, heavy_of_sig, uses, family)
+        _plans_nodes += hi - lo
     return plan
 
 

@@ -89,7 +89,7 @@ def test_loss_heads_of_different_depths_share_one_batch():
             assert n_batches == 1 and loss_batches[0] == [16]
 
 
-def test_small_plans_are_kept_by_structure_and_remade_when_it_differs():
+def test_small_plans_are_kept_by_structure_and_remade_when_it_differs(monkeypatch):
     """A small forward's plan comes from the cache when every column the plan depends on is
     equal; a node consumed after the forward's end (uses) changes the plan, and its key."""
     _chain_losses("agenda")
@@ -97,13 +97,17 @@ def test_small_plans_are_kept_by_structure_and_remade_when_it_differs():
     n = g.node_count()
     assert n <= scheduler._SMALL
     scheduler._PLANS.clear()
+    made = []
+    orig = scheduler._plan
+    monkeypatch.setattr(scheduler, "_plan", lambda *a: made.append(1) or orig(*a))
 
     def plan(uses):
         return scheduler.schedule(Strategy.AGENDA, 0, n, g.sigs, g.depths, g.args, g.heavy_of_sig, uses)
 
     first = plan(g.uses)
     assert first == scheduler._agenda(0, n, g.sigs, g.depths, g.args, g.heavy_of_sig, g.uses)
-    assert plan(list(g.uses)) is first
+    assert plan(g.uses) == first and made == [1, 1]      # met again: now kept
+    assert plan(list(g.uses)) == first and made == [1, 1]
     used_later = list(g.uses)
     used_later[n - 1] += 1            # the esum feeds a node beyond the forward: no sink, no late levels
     other = plan(used_later)
@@ -111,6 +115,34 @@ def test_small_plans_are_kept_by_structure_and_remade_when_it_differs():
     assert other != first
     _valid(first, g)
     _valid(other, g)
+
+
+def test_plans_of_graphs_up_to_the_cache_size_are_kept_by_structure(monkeypatch):
+    """A program that builds a graph per sentence meets the same structures again: a forward
+    of more than _SMALL and up to _CACHED nodes takes the plan made for an equal graph, the
+    rule a family learnt included; one over _CACHED nodes is planned every time."""
+    monkeypatch.setattr(scheduler, "_FAMILIES", {})
+    scheduler._PLANS.clear()
+    made = []
+    orig = scheduler._plan
+    monkeypatch.setattr(scheduler, "_plan", lambda *a: made.append(a[1] - a[0]) or orig(*a))
+    rng = np.random.default_rng(5)
+    P = _chains_params()
+    sentences = [[list(rng.integers(0, 30, size=rng.integers(1, 9))) for _ in range(rng.integers(3, 7))]
+                 for _ in range(12)]
+    first = _count("agenda", lambda: _chars_then_words(P, sentences))
+    n = dy.cg().node_count()
+    assert scheduler._SMALL < n <= scheduler._CACHED and made == [n]
+    # met a second time: planned again and kept (a structure met once costs no key)
+    for _ in range(3):
+        assert _count("agenda", lambda: _chars_then_words(P, sentences)) == first
+    assert made == [n, n]
+    _count("agenda", lambda: _chars_then_words(P, sentences[1:]))      # another structure
+    assert len(made) == 3
+    monkeypatch.setattr(scheduler, "_CACHED", n - 1)
+    for _ in range(2):
+        assert _count("agenda", lambda: _chars_then_words(P, sentences)) == first
+    assert made[3:] == [n, n]
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -173,7 +205,9 @@ def test_agenda_learns_which_rule_batches_a_kind_of_graph_better(monkeypatch):
     assert runs["agenda"][1] == runs["dynet-agenda"][1]
     for s in ("depth", "dynet-agenda"):
         np.testing.assert_allclose(runs["agenda"][0], runs[s][0], rtol=1e-5)
-    _count("agenda", lambda: _chars_then_words(P, sentences))     # the last trial
+    # the last trial, on other sentences: a forward of a structure met before may take its
+    # plan from the cache and try nothing
+    _count("agenda", lambda: _chars_then_words(P, sentences[::-1]))
     # later forwards of the same kind keep the choice without trying both, also on other
     # sentences (signatures then appear in another order: a one-letter word first, ...)
     calls = []
@@ -231,7 +265,7 @@ def test_agenda_keeps_levels_on_trees(monkeypatch):
                                      g.heavy_of_sig))
     assert g.node_count() > scheduler._SMALL and n_levels < n_dynet
     assert _count("agenda", lambda: _forest(P, forest))[1] == n_levels
-    _count("agenda", lambda: _forest(P, forest))      # the last trial
+    _count("agenda", lambda: _forest(P, forest[::-1]))      # the last trial (another structure)
     # other forests of the same model (a one-leaf tree first: signatures in another order)
     # keep the choice: no more trials of DyNet's rule
     calls = []
@@ -311,7 +345,7 @@ def test_agenda_takes_depth_order_where_it_batches_as_well(monkeypatch):
     forest = [_complete(rng, 16) for _ in range(12)]
     runs = {s: _count(s, lambda: _fc_forest(P, forest)) for s in ("depth", "agenda")}
     assert runs["agenda"][1] == runs["depth"][1]
-    _count("agenda", lambda: _fc_forest(P, forest))      # the last trial
+    _count("agenda", lambda: _fc_forest(P, forest[::-1]))      # the last trial (another structure)
     calls = []
     monkeypatch.setattr(scheduler, "_agenda", lambda *a: calls.append(1))
     monkeypatch.setattr(scheduler, "_dynet_agenda", lambda *a: calls.append(1))
