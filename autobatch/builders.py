@@ -318,31 +318,57 @@ class _Builder:
         each form (recipes.py): a step's nodes then cost a fraction of building them one by
         one. Inputs from another graph take the normal path, which reports them."""
         if BatchedExpression in (type(x), type(h), type(c), type(mh)):
-            # DyNet's minibatch: each element's step, from the template as any instance's
-            return run_per_element(f"{type(self).__name__}.add_input",
-                                   lambda *a: self._replayed_step(run, l, *a), (x, h, c, mh))
-        P = run.exprs[l]
-        g = x.cg
-        if g is not dy._S.graph or P[0].cg is not g:
-            return self._layer_step(P, x, h, c, mh)
+            # DyNet's minibatch: each element's step, from the template as any instance's;
+            # the elements' inputs have one set of shapes, so after the first element's step
+            # the others replay its template without looking it up
+            kept = []
+
+            def each(*a):
+                if kept:
+                    t, form = kept[0]
+                    ins = self._step_ins(run, l, *a)
+                    if ins is not None and ins[1] == form:
+                        return t(a[0].cg, *ins[0])
+                out = self._replayed_step(run, l, *a)
+                ins = self._step_ins(run, l, *a)
+                if ins is not None and not kept:
+                    t = recipes.replay_of(a[0].cg, (self, l, ins[1]), ins[0])
+                    if t:
+                        kept.append((t, ins[1]))
+                return out
+            return run_per_element(f"{type(self).__name__}.add_input", each, (x, h, c, mh))
+        r = self._step_ins(run, l, x, h, c, mh)
+        if r is None:
+            return self._layer_step(run.exprs[l], x, h, c, mh)
+        ins, form = r
+        return recipes.step(x.cg, (self, l, form), ins, self._layer_step, run.exprs[l], x, h, c, mh)
+
+    @staticmethod
+    def _step_ins(run: _Run, l: int, x, h, c, mh):
+        """(the node ids a step of layer l reads, its form: which of h, c, mh there are), or
+        None where an input is not an Expression of the current graph (the normal path then
+        reports it)."""
+        g = dy._S.graph
+        if type(x) is not Expression or x.cg is not g or run.exprs[l][0].cg is not g:
+            return None
         ins = run.pids[l] + (x.i,)
-        form = 0                  # which of h, c, mh there are (unrolled: this runs per step)
+        form = 0                  # (unrolled: this runs per step)
         if h is not None:
             if type(h) is not Expression or h.cg is not g:
-                return self._layer_step(P, x, h, c, mh)
+                return None
             ins += (h.i,)
             form = 1
         if c is not None:
             if type(c) is not Expression or c.cg is not g:
-                return self._layer_step(P, x, h, c, mh)
+                return None
             ins += (c.i,)
             form |= 2
         if mh is not None:
             if type(mh) is not Expression or mh.cg is not g:
-                return self._layer_step(P, x, h, c, mh)
+                return None
             ins += (mh.i,)
             form |= 4
-        return recipes.step(g, (self, l, form), ins, self._layer_step, P, x, h, c, mh)
+        return ins, form
 
     def _transduce(self, state: RNNState, xs: list) -> Optional[List[Expression]]:
         """transduce(xs) from state without a state object and its checks per step, for the

@@ -125,14 +125,15 @@ def _sizes(args):
             yield from (len(e.xs) for e in a if type(e) is BatchedExpression)
 
 
-def _at(a, k):
-    """Operand a for batch element k: a batch (or a list's batches) gives element k."""
+def _each(a, B: int):
+    """Operand a for each of B batch elements: a batch gives its elements, a list or tuple
+    holding batches one list (tuple) per element, anything else itself B times."""
     t = type(a)
     if t is BatchedExpression:
-        return a.xs[k]
+        return a.xs
     if (t is list or t is tuple) and BatchedExpression in map(type, a):
-        return t(e.xs[k] if type(e) is BatchedExpression else e for e in a)
-    return a
+        return list(map(t, zip(*[e.xs if type(e) is BatchedExpression else itertools.repeat(e, B) for e in a])))
+    return itertools.repeat(a, B)
 
 
 def run_per_element(name, f, args, kw=None):
@@ -148,11 +149,13 @@ def _per_element(f, args, kw, name=None):
         raise GraphError(f"{name or f.__name__}: operands of batch sizes {sizes}; DyNet's rule: equal sizes, or an "
                          f"unbatched operand [at {user_line()}]")
     B = sizes[0]
-    if kw or any(type(a) is list or type(a) is tuple for a in args):
-        outs = [f(*[_at(a, k) for a in args], **{n: _at(v, k) for n, v in kw.items()}) for k in range(B)]
-    else:       # plain operands: their elements side by side (no per-element _at)
-        outs = list(itertools.starmap(f, zip(*[a.xs if type(a) is BatchedExpression else itertools.repeat(a, B)
-                                              for a in args])))
+    each = zip(*[_each(a, B) for a in args]) if args else itertools.repeat((), B)
+    if kw:
+        names = list(kw)
+        kws = zip(*[_each(kw[n], B) for n in names])
+        outs = [f(*a, **dict(zip(names, k))) for a, k in zip(each, kws)]
+    else:
+        outs = list(itertools.starmap(f, each))
     if all(type(o) is Expression for o in outs):
         return BatchedExpression(outs)
     if all(type(o) is tuple for o in outs):
@@ -191,6 +194,8 @@ def per_element(f, each=None):
 # --- DyNet's minibatch functions -------------------------------------------------------------------
 def _ints(name, vs) -> list:
     """vs as a list of ints: whole floats pass (as DyNet's ids read as floats), 1.5 or '3' do not."""
+    if type(vs) is list and vs and all([type(v) is int for v in vs]):
+        return vs[:]            # the usual list of ids, without a check per id
     from .api import _whole
     if isinstance(vs, (numbers.Integral, np.integer)):
         return [int(vs)]
