@@ -204,6 +204,24 @@ def test_numpy_scatter_add_takes_the_index_its_gather_handed_back(offs, size):
     np.testing.assert_array_equal(out, want)
 
 
+@pytest.mark.parametrize("offs, size", [([1, 1000], 1000), ([0] * 4 + [64] * 4 + [128] * 4, 64),
+                                        ([256 * (k % 8) for k in range(256)], 256), ([k * 999 + 1 for k in range(40)], 1000)])
+def test_numpy_scatter_add_of_repeated_or_overlapping_blocks(offs, size):
+    """Blocks that share elements (two long slices of one block meeting in one element), a few
+    repeated rows, and many: each element gets every block's addition."""
+    L = max(offs) + size + 3
+    rng = np.random.default_rng(0)
+    vals = rng.standard_normal((len(offs), size))
+    be = NumpyBackend()
+    _, index = be.gather(np.zeros(L), offs, size)
+    out = np.zeros(L)
+    be.scatter_add(out, index, size, vals, unique=False)
+    want = np.zeros(L)
+    for k, o in enumerate(offs):
+        want[o:o + size] += vals[k]
+    np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12)
+
+
 def test_set_backend_cupy_without_cupy_is_one_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)     # import cupy -> ImportError
     monkeypatch.delitem(backends._CACHE, "cupy", raising=False)

@@ -186,3 +186,23 @@ def test_error_after_views_rolls_them_back(strategy, monkeypatch):
     want = 1 / (1 + np.exp(-np.concatenate([np.tanh(a), 2 * np.tanh(a)])[2:6]))
     np.testing.assert_allclose(y.npvalue(), want, rtol=1e-5)
     assert dy.stats()["view_nodes"] == 2          # the concatenation and the slice
+
+
+def test_overlapping_slices_of_one_block_in_one_batch_get_both_gradients():
+    """Two pickranges of one long block that meet in one element, run as one batch: the
+    gradient scatter adds both into that element (element indices: offsets share no divisor
+    with the size)."""
+    m = dy.ParameterCollection()
+    p = m.add_parameters(2001)
+    got = []
+    for strategy in ("none", "agenda"):
+        p.zero_grad()
+        dy.renew_cg(autobatching=strategy)
+        x = dy.tanh(dy.parameter(p))
+        a, b = dy.pickrange(x, 1, 1001), dy.pickrange(x, 1000, 2000)
+        loss = dy.sum_elems(dy.tanh(a)) + dy.sum_elems(dy.tanh(b))
+        v = loss.value()
+        loss.backward()
+        got.append((v, p.grad_as_array().copy()))
+    assert got[0][0] == pytest.approx(got[1][0], rel=1e-6)
+    np.testing.assert_allclose(got[0][1], got[1][1], rtol=1e-6, atol=1e-7)
