@@ -37,6 +37,17 @@ def _shape_of(x) -> tuple:
     return x.cg.shapes[x.i]
 
 
+def _mask_exprs(masks):
+    """The Expressions (or batches' elements) among a sequence's dropout masks."""
+    for ms in masks:
+        for m in ms or ():
+            for e in (m if type(m) is tuple else (m,)):      # CoupledLSTM: (h mask, c mask) per layer
+                if type(e) is BatchedExpression:
+                    yield from e.xs
+                elif e is not None:
+                    yield e
+
+
 class _Run:
     """What one initial_state() fixes for a sequence: the parameter nodes of the
     current graph and the dropout masks (the same along the sequence, unless
@@ -51,6 +62,25 @@ class _Run:
         self.masks_x = masks_x
         self.masks_h = masks_h
         self.pending = pending
+
+    def set_masks(self, masks) -> None:
+        """masks: (on x, on h), lists per layer (None where off) or None. The graph keeps the
+        sequence under the masks' first node, so that a cg_revert that drops them makes the
+        next input draw them again (drop_masks)."""
+        self.masks_x, self.masks_h = masks
+        self.pending = False
+        first = min((e.i for e in _mask_exprs(masks)), default=None)
+        g = dy._S.graph
+        kept = getattr(g, "_masked", None)      # (a vertex function's tracer keeps none: it refuses reverts)
+        if kept is not None:
+            if first is None:
+                kept.pop(self, None)
+            else:
+                kept[self] = first
+
+    def drop_masks(self) -> None:
+        self.masks_x = self.masks_h = None
+        self.pending = True
 
     def cell(self, c, H):
         """c as the (H,) cell vector: itself, or the slice of an lstm_cell output."""
@@ -281,8 +311,7 @@ class _Builder:
         """Draw the sequence's dropout masks if x is its first input: a mask per element of
         x's batch, so that the sentences of a minibatch are not dropped alike."""
         if run.pending:
-            run.pending = False
-            run.masks_x, run.masks_h = self._masks(len(x.xs) if type(x) is BatchedExpression else 1)
+            run.set_masks(self._masks(len(x.xs) if type(x) is BatchedExpression else 1))
 
     def _step(self, state: RNNState, x: Expression) -> RNNState:
         self._first_input(state._run, x)
@@ -528,8 +557,7 @@ class VanillaLSTMBuilder(_Builder):
                              f"{user_line()}]")
         run = self._last_run() if self._last_run is not None else None
         if run is not None and run.exprs[0][0].cg is dy._S.graph:
-            run.masks_x, run.masks_h = self._masks(batch_size)
-            run.pending = False
+            run.set_masks(self._masks(batch_size))
 
     def _make_layer(self, in_dim: int) -> list:
         H = self.hidden_dim

@@ -97,9 +97,12 @@ class Executor:
         memory.give(self.gbuf)
         self.buf = self.gbuf = None
         self.pgrads = {}
-        pexpr = getattr(self.g, "_pexpr", None)
-        if pexpr:
-            pexpr.clear()         # dy.parameter's handles, which point back at the graph
+        # dy.parameter's handles, RNNState.s()'s slices and the builders' sequences with masks,
+        # which point back at the graph
+        for name in ("_pexpr", "_cells", "_masked"):
+            kept = getattr(self.g, name, None)
+            if kept:
+                kept.clear()
         self.g = None
 
     def invalidate(self):

@@ -155,6 +155,7 @@ class ComputationGraph:
         self._pfast: dict = {}      # param -> node, for update=True
         self._pexpr: dict = {}      # param -> its Expression, for dy.parameter(p)
         self._cells: dict = {}      # lstm_cell [h; c] node -> its c slice, for RNNState.s() (builders.py)
+        self._masked: dict = {}     # builders' sequences -> the first node of their dropout masks
         self._sigtab: dict = {}     # per-graph signature interning (shared node ids are per graph)
         self._fast: dict = {}       # add1/add2 caches (signatures are per graph)
         self._faff: dict = {}       # add_affine cache
@@ -465,6 +466,9 @@ class ComputationGraph:
         self._pfast = {k: v for k, v in self._pfast.items() if v < n}
         self._pexpr = {k: v for k, v in self._pexpr.items() if v.i < n}
         self._cells = {k: v for k, v in self._cells.items() if v.i < n}      # (a slice follows its cell)
+        for run in [r for r, i in self._masked.items() if i >= n]:
+            del self._masked[run]
+            run.drop_masks()        # drawn after the checkpoint: the next input draws them again
         self._fast = {k: v for k, v in self._fast.items() if not (type(k[1]) is int and k[1] >= n)}
         self._faff = {k: v for k, v in self._faff.items() if v[6] < n and v[7] < n}
         self._fmm = {k: v for k, v in self._fmm.items() if v[5] < n}

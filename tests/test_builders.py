@@ -472,3 +472,30 @@ def test_state_s_inside_a_vertex_function(f64):
     dy.renew_cg()
     want = [rnn.initial_state().add_input(dy.inputVector(x)).s()[0].npvalue() for x in X]
     np.testing.assert_allclose(np.asarray(got).reshape(3, 3), np.array(want), rtol=1e-12)
+
+
+def test_masks_drawn_after_a_checkpoint_are_drawn_again_after_its_revert():
+    """A sequence begun before cg_checkpoint() draws its masks at its first input, after it:
+    cg_revert() drops them with that input's nodes, and the next input draws new ones instead
+    of reading the dropped ids (which later nodes take)."""
+    import itertools
+    dy.set_dropout(True)
+    try:
+        pc = dy.ParameterCollection()
+        b = dy.SimpleRNNBuilder(1, 3, 3, pc)
+        b.set_dropout(0.5)
+        Wx, _, bias = [p.as_array() for p in b.get_parameters()[0]]
+        x = np.array([1.0, 2.0, 3.0])
+        dy.renew_cg()
+        s0 = b.initial_state()
+        dy.cg_checkpoint()
+        s0.add_input(dy.inputVector(x)).output().npvalue()
+        dy.cg_revert()
+        for _ in range(10):
+            dy.inputVector([100.0, 100.0, 100.0])           # nodes that take the dropped ids
+        out = s0.add_input(dy.inputVector(x)).output().npvalue()
+        # x times a mask of 0s and 2s (rate 0.5), the first step's h_prev being zero
+        cands = [np.tanh(Wx @ (x * np.array(m)) + bias) for m in itertools.product((0.0, 2.0), repeat=3)]
+        assert any(np.allclose(out, c, rtol=1e-5, atol=1e-6) for c in cands)
+    finally:
+        dy.set_dropout(False)
