@@ -49,35 +49,49 @@ def _plan(lo, hi, sigs, depths, args, heavy_of_sig, uses, family):
 # sentence planning, 7% of its step, when only plans of up to 256 nodes were kept). The whole
 # key costs a fifth of a plan (46 of 250 us for a 450-node tree), too much for programs whose
 # graphs rarely repeat (a tree per graph): its cheap first part, the signatures, is looked up
-# first, and the rest made only for signatures met before. Keys hold the graph's own ints and argument tuples,
-# about a hundred bytes a node; the cache is emptied when it holds more than _PLANS_NODES
-# nodes. Plans are shared: the executor never changes one. Larger forwards (a minibatch of
-# many instances) rarely repeat, and keying them would cost more.
+# first, and the rest made only for signatures met before, and no more once _VARIANTS graphs
+# of those signatures have all differed (leaves first, then trees of every shape over them).
+# Keys hold the graph's own ints and argument tuples, about a hundred bytes a node; the cache
+# is emptied when it holds more than _PLANS_NODES nodes. Plans are shared: the executor never
+# changes one. Larger forwards (a minibatch of many instances) rarely repeat, and keying them
+# would cost more.
 _CACHED = 2048
-_PLANS: dict = {}       # (ruled, lo, signatures) -> {the rest of the key -> plan}
+_VARIANTS = 4
+_PLANS: dict = {}       # (ruled, lo, signatures) -> [hits, {the rest of the key -> plan} or None]
 _PLANS_NODES = 1 << 18
 _plans_nodes = 0
 
 
 def _cached_plan(lo, hi, sigs, depths, args, heavy_of_sig, uses, family):
     global _plans_nodes
+    n = hi - lo
     sig = tuple(sigs[lo:hi])
     # ruled: a family picks the rule (else the level rule alone makes the plan)
-    first = (family is not None and hi - lo > _SMALL, lo, sig)
-    kept = _PLANS.get(first)
-    if kept is None:
-        if _plans_nodes + hi - lo > _PLANS_NODES:
-            _PLANS.clear()
-            _plans_nodes = 0
-        _PLANS[first] = {}
-        _plans_nodes += hi - lo
-        return _plan(lo, hi, sigs, depths, args, heavy_of_sig, uses, family)
-    rest = (tuple(depths[lo:hi]), tuple(uses[lo:hi]), tuple(args[lo:hi]),
-            tuple([heavy_of_sig(s) for s in range(max(sig) + 1)]) if sig else ())
-    plan = kept.get(rest)
-    if plan is None:
-        plan = kept[rest] = _plan(lo, hi, sigs, depths, args, heavy_of_sig, uses, family)
-        _plans_nodes += hi - lo
+    first = (family is not None and n > _SMALL, lo, sig)
+    entry = _PLANS.get(first)
+    rest = None
+    if entry is not None:
+        if entry[1] is None:            # these signatures' graphs never repeated
+            return _plan(lo, hi, sigs, depths, args, heavy_of_sig, uses, family)
+        rest = (tuple(depths[lo:hi]), tuple(uses[lo:hi]), tuple(args[lo:hi]),
+                tuple([heavy_of_sig(s) for s in range(max(sig) + 1)]) if sig else ())
+        plan = entry[1].get(rest)
+        if plan is not None:
+            entry[0] += 1
+            return plan
+        if entry[0] == 0 and len(entry[1]) >= _VARIANTS:
+            entry[1] = None
+            return _plan(lo, hi, sigs, depths, args, heavy_of_sig, uses, family)
+    plan = _plan(lo, hi, sigs, depths, args, heavy_of_sig, uses, family)
+    if _plans_nodes + n > _PLANS_NODES:
+        _PLANS.clear()
+        _plans_nodes = 0
+        entry = None
+    if entry is None:                   # met once: keyed from the next time
+        entry = _PLANS[first] = [0, {}]
+    if rest is not None:
+        entry[1][rest] = plan
+    _plans_nodes += n
     return plan
 
 

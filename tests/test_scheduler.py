@@ -145,6 +145,41 @@ def test_plans_of_graphs_up_to_the_cache_size_are_kept_by_structure(monkeypatch)
     assert made[3:] == [n, n]
 
 
+def test_graphs_of_one_signature_list_that_never_repeat_stop_being_keyed(monkeypatch):
+    """Leaves first, then a tree of another shape each time: every graph has the signatures of
+    the last and other arguments. After _VARIANTS such graphs with no plan reused, the rest of
+    the key is no longer made (or kept), and the cache stays within its node budget."""
+    scheduler._PLANS.clear()
+    monkeypatch.setattr(scheduler, "_plans_nodes", 0)
+    monkeypatch.setattr(scheduler, "_PLANS_NODES", 5000)
+    rng = np.random.default_rng(2)
+    pc = dy.ParameterCollection()
+    E, W = pc.add_lookup_parameters((20, 4)), pc.add_parameters((4, 8))
+    for it in range(12):
+        dy.renew_cg("agenda")
+        nodes = [dy.lookup(E, int(rng.integers(20))) for _ in range(40)]
+        while len(nodes) > 1:
+            k = int(rng.integers(len(nodes) - 1))
+            nodes[k:k + 2] = [dy.tanh(W * dy.concatenate(nodes[k:k + 2]))]
+        nodes[0].npvalue()
+        assert scheduler._plans_nodes <= 5000
+    (hits, plans), = scheduler._PLANS.values()
+    assert hits == 0 and plans is None
+    # a budget met by plans of one signature list empties the cache too
+    scheduler._PLANS.clear()
+    monkeypatch.setattr(scheduler, "_plans_nodes", 0)
+    monkeypatch.setattr(scheduler, "_PLANS_NODES", 250)
+    monkeypatch.setattr(scheduler, "_VARIANTS", 100)
+    for it in range(6):
+        dy.renew_cg("agenda")
+        nodes = [dy.lookup(E, it % 20) for _ in range(40)]
+        while len(nodes) > 1:
+            k = int(rng.integers(len(nodes) - 1))
+            nodes[k:k + 2] = [dy.tanh(W * dy.concatenate(nodes[k:k + 2]))]
+        nodes[0].npvalue()
+        assert scheduler._plans_nodes <= 250
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs)
 def test_dynet_rule_gives_the_same_values_and_gradients(prog):
