@@ -9,6 +9,8 @@ Shapes: inputs x are (input_dim,) vectors, hidden and cell states (hidden_dim,).
 Parameters live in a subcollection of the model, in DyNet's order per layer."""
 from __future__ import annotations
 
+import operator
+
 import numbers
 import weakref
 from typing import List, Optional, Sequence
@@ -353,17 +355,18 @@ class _Builder:
             kept = []
 
             def each(*a):
-                if kept:
-                    t, form = kept[0]
-                    ins = self._step_ins(run, l, *a)
-                    if ins is not None and ins[1] == form:
-                        return t(a[0].cg, *ins[0])
-                out = self._replayed_step(run, l, *a)
                 ins = self._step_ins(run, l, *a)
+                if kept and ins is not None:
+                    t, form, shapes = kept[0]
+                    g = dy._S.graph
+                    if ins[1] == form and all(map(operator.is_, map(g.shapes.__getitem__, ins[0]), shapes)):
+                        return t(g, *ins[0])
+                out = self._replayed_step(run, l, *a)
                 if ins is not None and not kept:
-                    t = recipes.replay_of(a[0].cg, (self, l, ins[1]), ins[0])
-                    if t:
-                        kept.append((t, ins[1]))
+                    g = dy._S.graph
+                    t = recipes.replay_of(g, (self, l, ins[1]), ins[0])
+                    if t:       # (shapes are interned: an element's inputs are this set or not)
+                        kept.append((t, ins[1], [g.shapes[i] for i in ins[0]]))
                 return out
             return run_per_element(f"{type(self).__name__}.add_input", each, (x, h, c, mh))
         r = self._step_ins(run, l, x, h, c, mh)

@@ -46,7 +46,10 @@ def replay_of(g, key, ins: tuple):
     """The function step(g, key, ins, ...) replays (called as fn(g, *ins)), False when it builds
     them the normal way, or None when it has no template for them yet: for a caller that steps
     many times with inputs of the same shapes and wants to look the template up once."""
-    t = g._recipes.get(_full_key(g, key, ins))
+    recipes = getattr(g, "_recipes", None)
+    if recipes is None:                 # a vertex function's tracer: it records every node anyway
+        return None
+    t = recipes.get(_full_key(g, key, ins))
     return False if t is _NO else t
 
 

@@ -50,13 +50,14 @@ def _plan(lo, hi, sigs, depths, args, heavy_of_sig, uses, family):
 # key costs a fifth of a plan (46 of 250 us for a 450-node tree), too much for programs whose
 # graphs rarely repeat (a tree per graph): its cheap first part, the signatures, is looked up
 # first, and the rest made only for signatures met before, and no more once _VARIANTS graphs
-# of those signatures have all differed (leaves first, then trees of every shape over them).
+# of those signatures have all differed with no plan reused yet (leaves first, then trees of
+# every shape over them).
 # Keys hold the graph's own ints and argument tuples, about a hundred bytes a node; the cache
 # is emptied when it holds more than _PLANS_NODES nodes. Plans are shared: the executor never
 # changes one. Larger forwards (a minibatch of many instances) rarely repeat, and keying them
 # would cost more.
 _CACHED = 2048
-_VARIANTS = 4
+_VARIANTS = 64
 _PLANS: dict = {}       # (ruled, lo, signatures) -> [hits, {the rest of the key -> plan} or None]
 _PLANS_NODES = 1 << 18
 _plans_nodes = 0

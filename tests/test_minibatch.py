@@ -416,3 +416,28 @@ def test_a_batch_on_the_left_of_a_product():
     assert y.dim() == ((3,), 2) and y.npvalue().tolist() == [[6.0, 18.0], [8.0, 20.0], [10.0, 22.0]]
     Mb = dy.reshape(dy.lookup_batch(E, [0, 1]), (3, 1))
     assert (Mb * dy.inputVector([2.0])).npvalue().tolist() == [[0.0, 6.0], [2.0, 8.0], [4.0, 10.0]]
+
+
+def test_a_batched_step_checks_every_element_and_runs_in_a_vertex_function():
+    """A batched add_input replays the first element's step for the others only where their
+    inputs have its shapes: a longer vector in element 1 is refused as before; and inside a
+    vertex function (whose tracer keeps no templates) it runs."""
+    pc = dy.ParameterCollection()
+    lstm = dy.VanillaLSTMBuilder(1, 3, 4, pc)
+    dy.renew_cg()
+    bad = dy.BatchedExpression([dy.inputVector([1.0, 2, 3]), dy.inputVector([1.0, 2, 3, 4])])
+    with pytest.raises(dy.GraphError, match=r"cannot multiply \(16, 3\) by \(4,\)"):
+        lstm.initial_state().add_input(bad)
+    rnn = dy.SimpleRNNBuilder(1, 3, 3, pc)
+
+    @dy.vertex_function(max_children=0)
+    def f(v):
+        x = dy.inputTensor(np.ones((3, 2)), batched=True)
+        v.push("y", dy.sum_batches(dy.sum_elems(rnn.initial_state().add_input(x).output())))
+
+    dy.renew_cg()
+    got = dy.sum_elems(f([dy.InputGraph([[]])])["y"]).value()
+    dy.renew_cg()
+    want = dy.sum_batches(dy.sum_elems(rnn.initial_state().add_input(
+        dy.inputTensor(np.ones((3, 2)), batched=True)).output())).value()
+    assert got == pytest.approx(want, rel=1e-6)

@@ -152,6 +152,7 @@ def test_graphs_of_one_signature_list_that_never_repeat_stop_being_keyed(monkeyp
     scheduler._PLANS.clear()
     monkeypatch.setattr(scheduler, "_plans_nodes", 0)
     monkeypatch.setattr(scheduler, "_PLANS_NODES", 5000)
+    monkeypatch.setattr(scheduler, "_VARIANTS", 4)
     rng = np.random.default_rng(2)
     pc = dy.ParameterCollection()
     E, W = pc.add_lookup_parameters((20, 4)), pc.add_parameters((4, 8))
@@ -178,6 +179,28 @@ def test_graphs_of_one_signature_list_that_never_repeat_stop_being_keyed(monkeyp
             nodes[k:k + 2] = [dy.tanh(W * dy.concatenate(nodes[k:k + 2]))]
         nodes[0].npvalue()
         assert scheduler._plans_nodes <= 250
+
+
+def test_a_few_structures_of_one_signature_list_met_in_turn_keep_their_plans(monkeypatch):
+    """Five trees over the same leaves, met again every epoch: from the third epoch on every
+    plan is reused (a structure is keyed from its second meeting)."""
+    scheduler._PLANS.clear()
+    made = []
+    orig = scheduler._plan
+    monkeypatch.setattr(scheduler, "_plan", lambda *a: made.append(1) or orig(*a))
+    rng = np.random.default_rng(4)
+    pc = dy.ParameterCollection()
+    E, W = pc.add_lookup_parameters((20, 4)), pc.add_parameters((4, 8))
+    shapes = [[int(rng.integers(m - 1)) for m in range(40, 1, -1)] for _ in range(5)]
+    for epoch in range(4):
+        made.clear()
+        for cuts in shapes:
+            dy.renew_cg("agenda")
+            nodes = [dy.lookup(E, k % 20) for k in range(40)]
+            for k in cuts:
+                nodes[k:k + 2] = [dy.tanh(W * dy.concatenate(nodes[k:k + 2]))]
+            nodes[0].npvalue()
+        assert epoch < 2 or made == []
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
