@@ -9,9 +9,8 @@ Shapes: inputs x are (input_dim,) vectors, hidden and cell states (hidden_dim,).
 Parameters live in a subcollection of the model, in DyNet's order per layer."""
 from __future__ import annotations
 
-import operator
-
 import numbers
+import operator
 import weakref
 from typing import List, Optional, Sequence
 
