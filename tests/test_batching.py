@@ -493,3 +493,21 @@ def test_a_node_read_by_every_node_of_a_batch_gets_their_gradients_summed(f64, m
     assert [len(b.ids) for b in dots] == [12]
     kind, srcs, _ = dots[0].ins[0]
     assert kind == "gather" and len(set(srcs)) == 3
+
+
+def test_a_parameter_read_by_one_node_is_a_read_only_view_of_it():
+    """score + b in a graph of one sentence: b's value goes to the kernel as a view (no copy),
+    read-only as the broadcast of a parameter read by many nodes is, so no kernel can write
+    into a parameter."""
+    pc = dy.ParameterCollection()
+    p = pc.add_parameters(5, init=dy.ConstInitializer(1.5))
+    for n in (1, 3):
+        dy.renew_cg()
+        x = dy.parameter(p)
+        ys = [dy.inputVector([float(k)] * 5) + x for k in range(n)]
+        dy.forward(ys)                                      # one forward: the adds are one batch
+        assert [y.value() for y in ys] == [[1.5 + k] * 5 for k in range(n)]
+        adds = [b for b in dy.cg().exe.batches if getattr(b, "op", None) is OPS["add"]]
+        assert [len(b.ids) for b in adds] == [n]
+        (view,) = [x for x, info in zip(adds[0].xs, adds[0].ins) if info[0] == "bcast"]
+        assert view.shape == (n, 5) and not view.flags.writeable and np.shares_memory(view, p.data)
