@@ -119,9 +119,8 @@ def _as_rows(block, state):
 def _add_at(xp, a, idx, v):
     """a[idx] += v for rows idx that may repeat."""
     if hasattr(xp.add, "at"):
-        # repeats summed first, then one buffered add: np.add.at costs about a microsecond a row
-        r = RowGrad(idx, v).summed(xp)
-        a[r.rows] += r.vals
+        from .. import backends             # (repeats summed first: np.add.at costs a microsecond a row)
+        backends.get("numpy").add_rows(a, idx, v)
     else:                                   # CuPy
         import cupyx
         cupyx.scatter_add(a, idx, v)
