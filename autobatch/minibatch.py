@@ -21,6 +21,7 @@ import types
 import numpy as np
 
 from . import fastpath
+from .conversions import whole
 from .errors import GraphError, GraphIndexError, user_line
 from .graph import Expression
 from .params import Parameter
@@ -196,11 +197,10 @@ def _ints(name, vs) -> list:
     """vs as a list of ints: whole floats pass (as DyNet's ids read as floats), 1.5 or '3' do not."""
     if type(vs) is list and vs and all([type(v) is int for v in vs]):
         return vs[:]            # the usual list of ids, without a check per id
-    from .api import _whole
     if isinstance(vs, (numbers.Integral, np.integer)):
         return [int(vs)]
     try:
-        out = [_whole(v) for v in vs]
+        out = [whole(v) for v in vs]
     except TypeError:
         out = None
     if out is None or not all(isinstance(v, (numbers.Integral, np.integer)) for v in out):
