@@ -580,6 +580,12 @@ class VanillaLSTMBuilder(_Builder):
         # b + W_x·x does not depend on the previous step: as its own node it runs for every
         # step of every sequence in one GEMM; the step adds W_h·h to it (matmul_add)
         a = dy.affine_transform([b, Wx, x])
+        # read by this step's next node: the batch of all steps' projections is laid out
+        # step by step, so that each step reads its rows as one block (executor._by_reader)
+        g = a.cg if type(a) is Expression else None
+        laid = getattr(g, "by_reader", None)
+        if laid is not None:
+            laid.add(g.sigs[a.i])
         if h is not None:
             if mh is not None:
                 h = dy.cmult(h, mh)

@@ -11,7 +11,7 @@ import gc
 import itertools
 import math
 import time
-from operator import itemgetter, sub
+from operator import gt, itemgetter, sub
 
 import numpy as np
 
@@ -48,6 +48,31 @@ class Batch:
     # wide: False, True (a batch of wide nodes of one arity, its inputs one (B, n, *shape)
     # block), or the nodes' numbers of inputs (wide nodes of several: one (N, *shape) block)
     __slots__ = ("ids", "op", "attr", "data", "xs", "ins", "out", "n", "y", "need", "wide")
+
+
+class _Laid(list):
+    """A batch's node ids in an order chosen for the batches that read it (_by_reader): its
+    inputs are gathered in this order, never reordered to be read as views."""
+    __slots__ = ()
+
+
+def _by_reader(plan, g):
+    """plan with each batch of a signature in g.by_reader laid out in the order of the depths
+    of the nodes built right after its nodes, their readers: an LSTM's input projections for
+    every step of every sequence are one batch, and each step's batch then reads its rows as
+    one block (a view; and its gradients add in place) instead of a gather from all over it.
+    The batch's own input (the word vectors, a quarter as wide) is gathered instead."""
+    by_reader, sigs, depths = g.by_reader, g.sigs, g.depths
+    n = len(depths)
+    out = None
+    for k, ids in enumerate(plan):
+        if len(ids) > 1 and sigs[ids[0]] in by_reader and ids[-1] + 1 < n:
+            key = [depths[i + 1] for i in ids]
+            if any(map(gt, key, key[1:])):
+                if out is None:
+                    out = list(plan)        # plans are shared (the scheduler's cache)
+                out[k] = _Laid(itemgetter(*sorted(range(len(ids)), key=key.__getitem__))(ids))
+    return plan if out is None else out
 
 
 class ViewBatch:
@@ -193,6 +218,8 @@ class Executor:
         st._build_s += t0 - g._t_mark
         self._grow_offs(hi)
         plan = schedule(g.strategy, lo, hi, g.sigs, g.depths, g.args, g.heavy_of_sig, g.uses, g.family_key)
+        if g.by_reader:
+            plan = _by_reader(plan, g)
         # each batch's nodes and one more row (its alignment), from the size of its first node:
         # exact but for elementwise batches of mixed sizes, which _alloc grows the arena for
         shapes, size_of = g.shapes, g.sizes.of
@@ -331,7 +358,8 @@ class Executor:
         stacked = wide and op.has_stacked     # xs is then the one (B, n, *shape) block
         if not wide:
             rows = itemgetter(*ids)(g.args) if B > 1 and cols is None else None
-            free = rows is not None and sizes_flat is None     # the nodes' order may change
+            # the nodes' order may change (but not one laid out for its readers)
+            free = rows is not None and sizes_flat is None and type(ids) is not _Laid
             for j, a in enumerate(a0):
                 if j in shared:
                     xs.append(self.value(a))

@@ -175,6 +175,10 @@ class ComputationGraph:
         self._recipes: dict = {}    # recipes.step templates (signatures are per graph)
         self._transduce: dict = {}  # builder -> its transduce memo of those templates (builders.py)
         self.sig_op: list = []      # signature -> op (tie-breaks, stats)
+        # signatures whose nodes are read one step at a time by the nodes built right after
+        # them (an RNN's input projections, all computed in one batch): a batch of them lays
+        # its rows out in the order of those readers' depths (Executor: _by_reader)
+        self.by_reader: set = set()
         # parameters (signature -1) have no op; the lambda holds no reference to the graph,
         # which reference counting must free at renew_cg
         self.ops = Derived(self.sigs, lambda s, sig_op=self.sig_op: sig_op[s] if s >= 0 else None)
