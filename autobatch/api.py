@@ -122,9 +122,11 @@ def _seq(name: str, xs) -> list:
     return list(xs)
 
 
-def _numbers(name: str, v, dtype=None, copy: bool = False):
+def _numbers(name: str, v, dtype=None, copy: bool = True):
     """v as an array of dtype (default: the graph's); None, strings and ragged lists are
-    refused (NumPy would make None a NaN, silently). copy: never v's own memory."""
+    refused (NumPy would make None a NaN, silently). copy: never v's own memory (an input
+    keeps its values until a forward, lazily: a buffer the program refills before then
+    must not change them, as it does not in DyNet, which copies at once)."""
     if not isinstance(v, (list, tuple, str, bytes)) and not hasattr(v, "shape") and hasattr(v, "__iter__"):
         v = list(v)                         # a generator, a dict's values: their items (DyNet takes those)
     try:
@@ -293,9 +295,7 @@ def _matmul(a, b) -> Expression:
 
 def affine_transform(exprs: Sequence) -> Expression:
     """b + W1·x1 + W2·x2 + … from [b, W1, x1, W2, x2, …]; one GEMM per pair per batch."""
-    xs = exprs
-    if type(xs) is not list:
-        xs = list(xs)
+    xs = exprs if type(exprs) is list else _seq("affine_transform", exprs)
     if len(xs) == 1:
         return xs[0] if type(xs[0]) is Expression else parameter(xs[0])
     g = _S.graph or cg()
@@ -549,7 +549,7 @@ def average(xs: Sequence) -> Expression:
 
 def emax(xs: Sequence) -> Expression:
     """Elementwise maximum of same-shape expressions."""
-    return _opl(OPS["emax"], list(xs))
+    return _opl(OPS["emax"], _seq("emax", xs))
 
 
 def bmax(x, y) -> Expression:

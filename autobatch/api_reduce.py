@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .api import _conformed, _op, _opl, _shape, _whole, reshape, sqrt, square
+from .api import _conformed, _op, _opl, _seq, _shape, _whole, reshape, sqrt, square
 from .errors import GraphError, user_line
 from .graph import Expression
 from .minibatch import BatchedExpression, mean_batches, std_batches, sum_batches
@@ -137,7 +137,7 @@ def min_dim(x: Expression, d: int = 0) -> Expression:
 
 def logsumexp(xs: Sequence[Expression]) -> Expression:
     """Elementwise log Σ_k exp(xs[k]) of a non-empty list of same-shape expressions."""
-    return _opl(OPS["logsumexp"], list(xs))
+    return _opl(OPS["logsumexp"], _seq("logsumexp", xs))
 
 
 def logsumexp_dim(x: Expression, d: int = 0) -> Expression:

@@ -123,7 +123,7 @@ class RNNState:
 
     def transduce(self, xs: Sequence[Expression]) -> List[Expression]:
         """The outputs (top-layer h, (hidden_dim,)) after each of xs."""
-        xs = list(xs)
+        xs = dy._seq("transduce", xs)
         out = self._b._transduce(self, xs)
         return out if out is not None else [s.output() for s in self.add_inputs(xs)]
 

@@ -34,6 +34,10 @@ _BASE_SIGS: dict = {}
 _SHAPES: dict = {}
 SIZE_OF: dict = {}     # interned shape -> number of elements
 _GRAPH_IDS = itertools.count(1)
+# a node's output: NumPy's arrays have at most 64 dimensions, and a batch adds one or two
+# (DyNet's have at most 7); DyNet's dimensions count elements in 32 bits
+_MAX_NDIM = 32
+_MAX_SIZE = 1 << 32
 
 
 class _Coop(threading.local):
@@ -61,7 +65,16 @@ def _rule(op, ins, attr):
             # would fail only at the forward, and every forward of its graph after it
             raise GraphError(f"{op.name}: an output of shape {out} (every dimension must be >= 1) "
                              f"[op {op.name}, input shapes {list(ins)}, at {user_line()}]")
-        size = SIZE_OF[out] = prod(out)
+        size = prod(out)
+        if len(out) > _MAX_NDIM or size >= _MAX_SIZE:
+            # refused here, not at the forward (NumPy's limit on dimensions, an allocation that
+            # cannot succeed), where the node would fail every later forward of its graph
+            api = called()
+            api = f"{api}: " if api and api != op.name else ""
+            raise GraphError(f"{api}{op.name}: an output of shape {out} ({len(out)} dimensions, {size} elements; at "
+                             f"most {_MAX_NDIM} and {_MAX_SIZE - 1}) [op {op.name}, input shapes {list(ins)}, "
+                             f"at {user_line()}]")
+        SIZE_OF[out] = size
         # the arity is part of every signature: elementwise sigs ignore shapes, and an
         # add of 2 inputs must not batch with an esum of 3 (kernels stack input j of all nodes);
         # but wide nodes of one input shape batch whatever their arity where the op takes
@@ -774,6 +787,9 @@ class Expression:
     with expression(cg, i)."""
 
     __slots__ = ("cg", "i")
+    # NumPy on the left of an operator (array + x) defers to the Expression's operator, which
+    # refuses an array, as DyNet does, instead of making an array of Expressions, one per item
+    __array_ufunc__ = None
 
     # --- values -----------------------------------------------------------------
     def _check(self):

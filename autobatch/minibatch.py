@@ -22,7 +22,7 @@ import numpy as np
 
 from . import fastpath
 from .conversions import whole
-from .errors import GraphError, GraphIndexError, user_line
+from .errors import GraphError, GraphIndexError, called, user_line
 from .graph import Expression
 from .params import Parameter
 
@@ -110,6 +110,9 @@ class BatchedOperand(GraphError):
 def batch_of(xs):
     """The Expressions xs as a batch (one is an ordinary expression, as DyNet's batch of one)."""
     xs = list(xs)
+    if not xs:
+        raise GraphError(f"{called() or 'minibatch'}: a minibatch of no elements (an empty list of indices or "
+                         f"values) [at {user_line()}]")
     return xs[0] if len(xs) == 1 else BatchedExpression(xs)
 
 
@@ -218,6 +221,9 @@ def _elements(x) -> list:
     if isinstance(x, Parameter):         # its expression (a table's is DyNet's (d, V))
         from .api import parameter
         return [parameter(x)]
+    if not isinstance(x, Expression):
+        raise GraphError(f"{called() or 'minibatch'}: expected an expression, got a {type(x).__name__} "
+                         f"[at {user_line()}]")
     return [x]
 
 
@@ -273,10 +279,6 @@ def concatenate_to_batch(xs):
     els = [e for x in xs for e in _elements(x)]
     if not els:
         raise GraphError(f"concatenate_to_batch: needs at least one expression [at {user_line()}]")
-    for e in els:
-        if not isinstance(e, Expression):
-            raise GraphError(f"concatenate_to_batch: expected expressions, got a {type(e).__name__} "
-                             f"[at {user_line()}]")
     shapes = {e.dim()[0] for e in els}
     if len(shapes) > 1:
         raise GraphError(f"concatenate_to_batch: elements of shapes {sorted(shapes)}; a batch has one shape "
@@ -328,7 +330,7 @@ def input_batch(arr):
             raise GraphError(f"inputTensor: a minibatch's elements must have one shape, got "
                              f"{sorted({a.shape for a in arr})} [at {user_line()}]")
         return batch_of(inputTensor(a) for a in arr)
-    a = _numbers("inputTensor", arr)        # checked and converted once for all elements
+    a = _numbers("inputTensor", arr, copy=False)   # checked and converted once (copied below)
     if a.ndim == 0:
         return inputTensor(a)
     if a.shape[-1] == 0:

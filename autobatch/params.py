@@ -5,6 +5,7 @@ backend; graphs read the value and add into the gradient, trainers apply it."""
 from __future__ import annotations
 
 import math
+import numbers
 import os
 
 import numpy as np
@@ -80,7 +81,7 @@ class ConstInitializer(PyInitializer):
 
 class NumpyInitializer(PyInitializer):
     def __init__(self, array):
-        self.array = np.asarray(array)
+        self.array = _host_or_device(array, "NumpyInitializer")
 
     def init(self, shape, is_lookup=False):
         if self.array.shape != tuple(shape):
@@ -215,9 +216,21 @@ def _as_shape(dim) -> tuple:
     return shape
 
 
-def _host_or_device(arr):
-    """Arrays (NumPy or CuPy) as they are; anything else (lists, numbers) as a NumPy array."""
-    return arr if hasattr(arr, "shape") and hasattr(arr, "dtype") else np.asarray(arr)
+def _host_or_device(arr, what: str = "parameter values"):
+    """Arrays (NumPy or CuPy) as they are; anything else (lists, numbers) as a NumPy array.
+    What is not numbers is refused, naming ``what``: NumPy would take None for a NaN, silently."""
+    if not (hasattr(arr, "shape") and hasattr(arr, "dtype")):
+        try:
+            arr = np.asarray(arr)
+        except ValueError:
+            raise ValueError(f"{what}: values of ragged shape [at {user_line()}]") from None
+    kind = arr.dtype.kind
+    if kind == "O" and all(isinstance(x, numbers.Real) and not isinstance(x, bool) for x in arr.flat):
+        return arr.astype(np.float64)          # numbers as objects pass (pandas, Fractions)
+    if kind not in "biuf":
+        got = "None or objects" if kind == "O" else arr.dtype
+        raise ValueError(f"{what}: expected numbers, got {got} [at {user_line()}]")
+    return arr
 
 
 def _initial(init, shape, is_lookup):
@@ -262,6 +275,7 @@ class Parameter:
     """A dense parameter tensor. Usable directly in expressions (``W * x + b``)."""
 
     is_lookup = False
+    __array_ufunc__ = None      # array + W: W's operator refuses it (graph.Expression)
     # (lo, hi, v): autobatch's first .npz files held value[lo:hi] + v (an LSTM's b then held
     # the forget bias that its step now adds, as DyNet's); None: they held the value itself
     npz_offset = None
@@ -271,7 +285,8 @@ class Parameter:
         self.xp = rt.backend.xp
         self.dtype = rt.dtype
         self._name = name
-        self.data = self.xp.asarray(_initial(init, shape, self.is_lookup), dtype=self.dtype)
+        # a copy, always: an initializer's array (parameters_from_numpy's) stays the user's
+        self.data = self.xp.array(_initial(init, shape, self.is_lookup), dtype=self.dtype)
         self.grad = self.xp.zeros_like(self.data)
         self.updated = True     # False: trainers skip it (DyNet's set_updated)
         self.touched = False    # a graph added gradient since the last update
@@ -346,7 +361,7 @@ class Parameter:
 
     def set_value(self, arr) -> None:
         """Copy ``arr`` (NumPy, CuPy or a nested list of the parameter's exact shape) into the value."""
-        arr = _host_or_device(arr)
+        arr = _host_or_device(arr, "set_value")
         if tuple(arr.shape) != tuple(self.data.shape):
             raise ValueError(f"set_value: parameter {self._name or ''} has shape {tuple(self.data.shape)}, "
                              f"got an array of shape {tuple(arr.shape)} [at {user_line()}]")
@@ -466,7 +481,7 @@ class LookupParameter(Parameter):
     def init_from_array(self, arr) -> None:
         """The table's values from arr; an array of fewer rows sets the first rows only, as
         DyNet's (which refuses more rows)."""
-        arr = _host_or_device(arr)
+        arr = _host_or_device(arr, "init_from_array")
         n = self.data.shape[0]
         if arr.ndim == self.data.ndim and tuple(arr.shape[1:]) == tuple(self.data.shape[1:]) and arr.shape[0] < n:
             self.data[:arr.shape[0]] = self.xp.asarray(arr, dtype=self.dtype)
@@ -482,7 +497,7 @@ class LookupParameter(Parameter):
 
     def init_row(self, i: int, row) -> None:
         i = self._row(i)
-        row = _host_or_device(row)
+        row = _host_or_device(row, "init_row")
         shape = tuple(self.data.shape[1:])
         if row.ndim == 1 and len(shape) > 1 and row.shape[0] == int(np.prod(shape)):
             row = row.reshape(shape, order="F")     # DyNet's flat row: its memory order, column-major

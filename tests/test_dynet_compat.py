@@ -410,7 +410,7 @@ def test_bad_operands_get_errors_that_name_them():
     v = dy.inputVector([1.0, 2.0])
     with pytest.raises(dy.GraphError, match=r"contract3d_1d: needs a rank-3 tensor.*\(2,\), \(2,\)"):
         dy.contract3d_1d(v, v)
-    with pytest.raises(dy.GraphError, match="concatenate_to_batch: expected expressions, got a str"):
+    with pytest.raises(dy.GraphError, match="concatenate_to_batch: expected an expression, got a str"):
         dy.concatenate_to_batch(["a"])
     for f in (dy.pick, dy.pickneglogsoftmax):
         with pytest.raises(dy.GraphError, match=r"index \[1, 2\] is a sequence, not an int"):

@@ -127,6 +127,12 @@ class MinDim(type(MaxDim)):      # (register keeps instances under the class nam
     extreme = "min"
 
 
+def _finite_shift(xp, m):
+    """The maxima logsumexp subtracts before exp, 0 where one is infinite: all -inf inputs
+    then give -inf (exp(-inf - -inf) would be nan), and a +inf gives +inf, as NumPy's logaddexp."""
+    return xp.where(xp.isfinite(m), m, 0)
+
+
 @register
 class LogSumExp(Op):
     """Elementwise log Σ_k exp(x_k) of same-shape inputs."""
@@ -140,6 +146,7 @@ class LogSumExp(Op):
         m = xs[0]
         for x in xs[1:]:
             m = xp.maximum(m, x)
+        m = _finite_shift(xp, m)
         s = xp.exp(xs[0] - m)
         for x in xs[1:]:
             s += xp.exp(x - m)
@@ -159,7 +166,7 @@ class LogSumExpDim(Op):
 
     def forward(self, xp, xs, attr, data):
         x, ax = xs[0], attr + 1
-        m = x.max(axis=ax, keepdims=True)
+        m = _finite_shift(xp, x.max(axis=ax, keepdims=True))
         y = m + xp.log(xp.exp(x - m).sum(axis=ax, keepdims=True))
         return y.reshape(x.shape[0], -1)
 
