@@ -13,7 +13,7 @@ from . import runtime
 from .conversions import real, whole as _whole
 from .errors import GraphError, GraphIndexError, StaleExpressionError, called, user_line
 from . import api_dims, fastpath, minibatch
-from .graph import ComputationGraph, Expression, cg, expression
+from .graph import DROPPED, ComputationGraph, Expression, cg, expression
 from .ops import OPS
 from .params import LookupParameter, Parameter
 
@@ -686,7 +686,10 @@ def _real(name: str, what: str, v) -> float:
 
 def _shape(x):
     if type(x) is Expression:
-        return x.cg.shapes[x.i]
+        s = x.cg.shapes[x.i]
+        if s is DROPPED:
+            x._check()              # (refuses it, naming the user's call)
+        return s
     if isinstance(x, Parameter):
         return x.shape()[::-1] if _table(x) else x.shape()      # a table as an operand: (d, V)
     if type(x) is minibatch.BatchedExpression:

@@ -54,6 +54,9 @@ def broadcast_pair(g, op, a: int, b: int) -> tuple:
     sa, sb = g.shapes[a], g.shapes[b]
     out = broadcast_shape(sa, sb)
     if out is None:
+        from .graph import expression
+        for i in (a, b):
+            expression(g, i)._check()       # a node cg_revert dropped: refused as such
         raise GraphError(f"{op.name}: shapes {sa} and {sb} do not broadcast (each dimension must be equal "
                          f"or 1, the shapes aligned at their first dimension, as in DyNet) [at {user_line()}]")
     return fit(g, a, out), fit(g, b, out)

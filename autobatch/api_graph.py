@@ -9,7 +9,7 @@ import numpy as np
 
 from .api import _graph, _id, inputTensor
 from .errors import GraphError, user_line
-from .graph import Expression
+from .graph import DROPPED, Expression
 from .minibatch import BatchedExpression
 
 __all__ = ["forward", "values", "npvalues", "cg_checkpoint", "cg_revert", "cg_version",
@@ -73,13 +73,18 @@ def print_text_graphviz(file=None) -> None:
     dot(_graph(), file)
 
 
+def _live(g):
+    """The ids of g's nodes but those cg_revert dropped."""
+    return (i for i, s in enumerate(g.shapes) if s is not DROPPED)
+
+
 def dot(g, file=None) -> None:
     """print_text_graphviz of graph g."""
     if getattr(g, "is_trace", False):
         g.refuse("print_graphviz()")
     out = file or sys.stdout
     lines = ["digraph G {", "  rankdir=LR;", "  nodesep=.05;"]
-    for i in range(g.node_count()):
+    for i in _live(g):
         lines.append(f'  N{i} [label="{_label(g, i)}"];')
         lines += [f"  N{a} -> N{i};" for a in g.args[i]]
     lines.append("}")
@@ -117,7 +122,7 @@ def dump(g, filename="", show_values: bool = True, show_gradients: bool = True,
             return dump(g, "", show_values, show_gradients, nan_check_only, f)
     out = file or sys.stdout
     exe = g.exe
-    for i in range(g.node_count()):
+    for i in _live(g):
         sig = g.sigs[i]
         computed = i < exe.done or i in g.ext
         val = exe.value(i) if computed and (show_values or nan_check_only) else None

@@ -35,7 +35,7 @@ def _shape_of(x) -> tuple:
                         f"[at {user_line()}]")
     if not getattr(x.cg, "alive", True):    # now, not at the step that would read it
         raise dy._stale(x)
-    return x.cg.shapes[x.i]
+    return dy._shape(x)                     # (refuses a node cg_revert dropped)
 
 
 def _mask_exprs(masks):

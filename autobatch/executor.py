@@ -145,9 +145,9 @@ class Executor:
         self.pgrads = {}
 
     def truncate(self, n):
-        """The graph keeps only nodes [0, n) (cg_revert): forget the forwards that computed
-        any later node. Batches mix nodes from the whole range of their forward, so those
-        forwards are undone whole; their nodes below n are recomputed by the next forward."""
+        """The graph drops nodes [n, end) (cg_revert): forget the forwards that computed any
+        of them. Batches mix nodes from the whole range of their forward, so those forwards
+        are undone whole; their nodes below n are recomputed by the next forward."""
         memory.give(self.gbuf)
         self.gbuf = None
         while self.runs and self.done > n:
@@ -156,7 +156,7 @@ class Executor:
             self.top = top
             self.offs[lo:] = [-1] * (len(self.offs) - lo)
             self.done = lo
-        del self.offs[n:]
+        self.offs[n:] = [-1] * (len(self.offs) - n)
 
     def _drop_batches(self, nb):
         """Forget batches [nb:] (their nodes' ids may be reused): every node is in one live

@@ -38,6 +38,10 @@ _GRAPH_IDS = itertools.count(1)
 # (DyNet's have at most 7); DyNet's dimensions count elements in 32 bits
 _MAX_NDIM = 32
 _MAX_SIZE = 1 << 32
+# the shape of a node that cg_revert dropped: its id is not given to a later node, so that an
+# Expression of it is refused where it would otherwise stand for that node, silently
+DROPPED = ("dropped by cg_revert",)
+SIZE_OF[DROPPED] = 0
 
 
 class _Coop(threading.local):
@@ -53,6 +57,9 @@ def _rule(op, ins, attr):
     key = (op, ins, attr)
     r = _RULES.get(key)
     if r is None:
+        if DROPPED in ins:
+            api = called()
+            raise StaleExpressionError(f"{api or op.name}: {_DROPPED_USE} [at {user_line()}]")
         try:
             out = tuple(op.shape(ins, attr))
             out = _SHAPES.setdefault(out, out)
@@ -87,6 +94,10 @@ def _rule(op, ins, attr):
             base = _BASE_SIGS.setdefault(base, len(_BASE_SIGS))
         r = _RULES[key] = (out, size, base, op.shared_of(len(ins)))
     return r
+
+
+_DROPPED_USE = ("an Expression built after cg_checkpoint() was used after cg_revert() dropped it "
+                "(DyNet: expressions built after the checkpoint are invalid)")
 
 
 class Sparse(dict):
@@ -201,6 +212,7 @@ class ComputationGraph:
         self._t_mark = time.perf_counter()
         self.where: dict = {}       # node -> (file, line) where it was built; debug mode only
         self._checkpoints: list = []
+        self.dropped = 0            # nodes revert() dropped (their ids are not reused)
         if rt.debug:
             self.__class__ = _DebugGraph   # recording add(); the normal add() pays nothing
 
@@ -456,11 +468,13 @@ class ComputationGraph:
     @_follows_current
     def revert(self) -> None:
         """Drop every node built since the last checkpoint() (nothing if there is none, as in
-        DyNet). Expressions of dropped nodes must not be used again: their ids are reused."""
+        DyNet). Their ids are not reused: each stays a node of shape DROPPED, never computed,
+        which refuses its Expressions (a few bytes a node until the graph is renewed)."""
         if not self._checkpoints:
             return
         n = self._checkpoints.pop()
-        if n >= len(self.sigs):
+        k = len(self.sigs) - n
+        if k <= 0:
             return
         self.exe.truncate(n)
         uses = self.uses
@@ -468,8 +482,13 @@ class ComputationGraph:
             for a in args:
                 if a < n:
                     uses[a] -= 1
-        for col in (self.args, self.shapes, self.sigs, self.depths, self.needs, uses):
-            del col[n:]
+        self.dropped += k - self.shapes[n:].count(DROPPED)     # (a nested revert drops some again)
+        self.args[n:] = [()] * k
+        self.shapes[n:] = [DROPPED] * k
+        self.sigs[n:] = [-1] * k        # as a parameter's node: the scheduler skips it
+        self.depths[n:] = [0] * k
+        self.needs[n:] = [False] * k
+        uses[n:] = [0] * k
         for col in (self.attrs, self.datas):
             # a node's entry is made when it is built (set() and invalidate() only replace
             # one), so the dict's order is node order: the dropped nodes' entries are last
@@ -718,7 +737,8 @@ class ComputationGraph:
         return f"{op.name}#{s}"
 
     def node_count(self) -> int:
-        return len(self.sigs)
+        """The number of nodes, as DyNet counts them (not those cg_revert dropped)."""
+        return len(self.sigs) - self.dropped
 
     def describe(self, i: int) -> str:
         op = self.ops[i]
@@ -793,10 +813,13 @@ class Expression:
 
     # --- values -----------------------------------------------------------------
     def _check(self):
-        if not self.cg.alive:
+        g = self.cg
+        if not g.alive:
             raise StaleExpressionError(
-                f"Expression {self.cg.describe(self.i)} belongs to a computation graph that was "
+                f"Expression {g.describe(self.i)} belongs to a computation graph that was "
                 f"renewed (renew_cg() was called after it was built) [at {user_line()}]")
+        if g.shapes[self.i] is DROPPED:
+            raise StaleExpressionError(f"{called() or 'Expression'}: {_DROPPED_USE} [at {user_line()}]")
 
     def forward(self, recalculate: bool = False) -> None:
         """Compute this node (and what it needs). recalculate: recompute the whole graph,
