@@ -289,8 +289,11 @@ def const_lookup(p: LookupParameter, index: int) -> Expression:
 # --- products ---------------------------------------------------------------------
 def _matmul(a, b) -> Expression:
     g = _graph()
-    op = _MM_SHARED if _is_param_node(a, g) else _MM
-    return g.add(op, (_id(a, g), _id(b, g)))
+    i = _id(a, g)
+    # a parameter matrix is the operand shared by the batch; a vector parameter times a row
+    # (an outer product, as DyNet's) is a product of its own
+    op = _MM_SHARED if _is_param_node(a, g) and len(g.shapes[i]) == 2 else _MM
+    return g.add(op, (i, _id(b, g)))
 
 
 def affine_transform(exprs: Sequence) -> Expression:
@@ -1039,7 +1042,8 @@ def _expr_mul(a, b):
     that W, which the inline path below reads (DyNet programs write every product so)."""
     g = _S.graph
     # a is a BatchedExpression where the minibatch emulation lends it this operator
-    if type(a) is Expression and type(b) is Expression and a.cg is g and b.cg is g and a.i in g.ext:
+    if type(a) is Expression and type(b) is Expression and a.cg is g and b.cg is g and a.i in g.ext \
+            and len(g.shapes[a.i]) == 2:          # (a vector parameter times a row: an outer product)
         return g.add_shared_matmul(_MM_SHARED, a.i, a.i, b.i)
     return _mul(a, b)
 
@@ -1047,7 +1051,7 @@ def _expr_mul(a, b):
 def _param_mul(p, o):
     """p * o for a Parameter p: W * x as _expr_mul's, the entry keyed by the Parameter."""
     g = _S.graph
-    if type(o) is Expression and o.cg is g and type(p) is Parameter:
+    if type(o) is Expression and o.cg is g and type(p) is Parameter and p.data.ndim == 2:
         return g.add_shared_matmul(_MM_SHARED, p, g.pid(p), o.i)
     return _mul(p, o)
 

@@ -477,3 +477,20 @@ def test_hinge_dim_takes_whole_floats_and_0d_arrays_as_indices():
     assert dy.hinge_dim(m, [np.array(1), 0.0, np.int64(1)], 0).npvalue().tolist() == want
     with pytest.raises(dy.GraphError, match="expected numbers, got str"):
         dy.inputVector("ab")
+
+
+@pytest.mark.parametrize("form", ["Parameter", "parameter()", "lookup row"])
+def test_a_vector_parameter_times_a_row_is_their_outer_product(form):
+    """DyNet: b * transpose(v) for a vector parameter b is the (3, 3) outer product; the
+    product of a shared matrix (matmul_shared) refused it."""
+    pc = dy.ParameterCollection()
+    b = pc.add_parameters((3,), init=dy.NumpyInitializer(np.array([1.0, 2.0, 3.0])))
+    E = pc.add_lookup_parameters((2, 3), init=dy.NumpyInitializer(np.array([[1.0, 2.0, 3.0]] * 2)))
+    dy.renew_cg()
+    row = dy.transpose(dy.inputVector([1.0, 0.5, 2.0]))
+    left = {"Parameter": b, "parameter()": dy.parameter(b), "lookup row": E[1]}[form]
+    y = left * row
+    np.testing.assert_allclose(y.npvalue(), np.outer([1.0, 2.0, 3.0], [1.0, 0.5, 2.0]))
+    dy.sum_elems(y).backward()
+    got = E.grad_as_array()[1] if form == "lookup row" else b.grad_as_array()
+    np.testing.assert_allclose(got, [3.5, 3.5, 3.5])
