@@ -22,7 +22,7 @@ import numpy as np
 
 from . import fastpath
 from .conversions import whole
-from .errors import GraphError, GraphIndexError, called, user_line
+from .errors import AutobatchError, GraphError, GraphIndexError, called, user_line
 from .graph import Expression
 from .params import Parameter
 
@@ -190,6 +190,13 @@ def per_element(f, each=None):
             if not any(map(_is_batched, args)) and not any(map(_is_batched, kw.values())):
                 raise               # a batch inside f's own work: the op that met it is unwrapped
             return _per_element(each, args, kw, f.__name__)
+        except (TypeError, ValueError) as e:
+            # Python's or NumPy's own conversion of a bad argument (int("a"), float(None),
+            # iterating None): named as the user's call, with the user's line, as ours are
+            if not isinstance(e, AutobatchError) and e.args and isinstance(e.args[0], str) \
+                    and "[at " not in e.args[0]:
+                e.args = (f"{called() or f.__name__}: {e.args[0]} [at {user_line()}]",) + e.args[1:]
+            raise
     g._per_element = True
     g.__code__ = g.__code__.replace(co_name=f.__name__)     # errors.called() names the user's call
     return g
@@ -263,6 +270,9 @@ def hinge_batch(x, vs, m: float = 1.0):
 def pick_batch_elem(x, v: int):
     """Batch element v of x, an ordinary expression."""
     xs = _elements(x)
+    v = whole(v)
+    if isinstance(v, bool) or not isinstance(v, (numbers.Integral, np.integer)):
+        raise GraphError(f"pick_batch_elem: the element must be an integer, got {v!r} [at {user_line()}]")
     v = int(v)
     if not 0 <= v < len(xs):
         raise GraphIndexError(f"pick_batch_elem: element {v} of a batch of {len(xs)} [at {user_line()}]")

@@ -11,7 +11,7 @@ import os
 import numpy as np
 
 from . import runtime
-from .conversions import whole
+from .conversions import real, whole
 from .errors import user_line, warn_user
 from .textfile import check_name, file_order, read_saved, restore, write_text
 
@@ -202,7 +202,7 @@ def _whole_dim(d):
     return int(d) if isinstance(d, (int, np.integer)) and not isinstance(d, bool) else None
 
 
-def _as_shape(dim) -> tuple:
+def _as_shape(dim, where: str = "add_parameters") -> tuple:
     if isinstance(dim, (int, np.integer, float, np.floating)) or isinstance(dim, np.ndarray) and dim.ndim == 0:
         dim = (dim,)
     try:
@@ -212,8 +212,18 @@ def _as_shape(dim) -> tuple:
     # a dimension of 0 is allowed, as in DyNet: programs make layers of size 0 that an option
     # turns off and then never use (BIST's parsers with their default --hidden2 0)
     if not shape or None in shape or any(d < 0 for d in shape):
-        raise ValueError(f"parameter shape must be non-negative integers, got {dim!r} [at {user_line()}]")
+        raise ValueError(f"{where}: a parameter's shape must be non-negative integers, got {dim!r} "
+                         f"[at {user_line()}]")
     return shape
+
+
+def _number(what: str, v) -> float:
+    """v as a float, or a TypeError naming ``what`` and the user's line (NumPy's would name
+    neither)."""
+    try:
+        return real(v)
+    except (TypeError, ValueError):
+        raise TypeError(f"{what}: expected a number, got {v!r} [at {user_line()}]") from None
 
 
 def _host_or_device(arr, what: str = "parameter values"):
@@ -421,10 +431,10 @@ class Parameter:
         self.touched = False
 
     def scale(self, s: float) -> None:
-        self.data *= s
+        self.data *= _number("scale", s)
 
     def scale_gradient(self, s: float) -> None:
-        self.grad *= s
+        self.grad *= _number("scale_gradient", s)
 
     def clip_inplace(self, left: float, right: float) -> None:
         self.xp.clip(self.data, left, right, out=self.data)
@@ -488,15 +498,15 @@ class LookupParameter(Parameter):
             return
         self.set_value(arr)
 
-    def _row(self, i) -> int:
+    def _row(self, i, where: str) -> int:
         n = self.data.shape[0]
         if not isinstance(i, (int, np.integer)) or not 0 <= i < n:
-            raise IndexError(f"row {i!r} out of range for a lookup table of shape {tuple(self.data.shape)} [at "
+            raise IndexError(f"{where}: row {i!r} out of range for a lookup table of shape {tuple(self.data.shape)} [at "
                              f"{user_line()}]")
         return int(i)
 
     def init_row(self, i: int, row) -> None:
-        i = self._row(i)
+        i = self._row(i, "init_row")
         row = _host_or_device(row, "init_row")
         shape = tuple(self.data.shape[1:])
         if row.ndim == 1 and len(shape) > 1 and row.shape[0] == int(np.prod(shape)):
@@ -507,13 +517,13 @@ class LookupParameter(Parameter):
         self.data[i] = self.xp.asarray(row, dtype=self.dtype)
 
     def row_as_array(self, row: int) -> np.ndarray:
-        return runtime.state().backend.to_host(self.data[self._row(row)]).copy()
+        return runtime.state().backend.to_host(self.data[self._row(row, "row_as_array")]).copy()
 
     def rows_as_array(self, rows) -> np.ndarray:
         return np.stack([self.row_as_array(i) for i in rows])
 
     def row_grad_as_array(self, row: int) -> np.ndarray:
-        return runtime.state().backend.to_host(self.grad[self._row(row)]).copy()
+        return runtime.state().backend.to_host(self.grad[self._row(row, "row_grad_as_array")]).copy()
 
     def rows_grad_as_array(self, rows) -> np.ndarray:
         return np.stack([self.row_grad_as_array(i) for i in rows])
@@ -599,7 +609,7 @@ class ParameterCollection:
     def add_lookup_parameters(self, dim, init=None, name: str = "", device: str = "", scale: float = 1.0,
                               mean: float = 0.0, std: float = 1.0) -> LookupParameter:
         """A lookup table of shape ``(n_rows, *row_shape)``; init as add_parameters'."""
-        shape = _as_shape(dim)
+        shape = _as_shape(dim, "add_lookup_parameters")
         if hasattr(init, "shape") and len(init.shape) == 1:
             init = init.reshape(-1, 1)      # an array of n scalars: the (n, 1) table below
         if len(shape) == 1:             # DyNet: a table of n scalars is (n, 1)

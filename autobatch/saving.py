@@ -26,7 +26,7 @@ import numpy as np
 
 from .params import ConstInitializer, Parameter, ParameterCollection
 from .errors import user_line
-from .textfile import check_name, read_saved, restore, write_text
+from .textfile import check_name, file_name, read_saved, restore, write_text
 
 _KIND_TAG = {False: "Parameters", True: "LookupParameters"}
 _OLD_FORMAT = "autobatch-objects"
@@ -167,6 +167,10 @@ def _params_of(obj) -> tuple:
 def save(basename: str, objects) -> None:
     """Write parameters, lookup parameters and builders to basename.meta and basename.data
     in DyNet 2's format (DyNet's ``dy.load`` reads them; ``load`` re-creates them)."""
+    basename = file_name("save", basename)
+    if isinstance(objects, Parameter) or not hasattr(objects, "__iter__"):
+        raise TypeError(f"save: needs a list of objects to save, got a {type(objects).__name__} "
+                        f"[at {user_line()}]")
     objects = list(objects)
     records, entries = [], []
     for j, o in enumerate(objects):
@@ -200,9 +204,10 @@ def save(basename: str, objects) -> None:
 # --- load ------------------------------------------------------------------------------------
 def _read_records(basename: str, trusted: bool = False) -> tuple:
     """(records, saved parameters, old format?) of a saved model."""
+    basename = file_name("load", basename)
     for ext in (".meta", ".data"):
         if not os.path.exists(basename + ext):
-            raise FileNotFoundError(basename + ext)
+            raise FileNotFoundError(f"load: no such file: {basename + ext} [at {user_line()}]")
     with open(basename + ".meta", "rb") as f:
         raw = f.read()
     if raw.lstrip()[:1] == b"{":

@@ -70,9 +70,21 @@ def _shifted(p, a, sign: int) -> np.ndarray:
     return a
 
 
-def write_text(fname, entries, append: bool) -> None:
+def file_name(where: str, fname) -> str:
+    """fname (a str or a path object) as a str, or a TypeError naming ``where``."""
+    if not isinstance(fname, (str, os.PathLike)):
+        raise TypeError(f"{where}: needs a file name, got {fname!r} [at {user_line()}]")
+    return os.fspath(fname)
+
+
+def write_text(fname, entries, append: bool, where: str = "save") -> None:
     """entries: (parameter, name written); names are checked by the caller."""
-    with open(os.fspath(fname), "a" if append else "w", encoding="utf-8", newline="\n") as f:
+    fname = file_name(where, fname)
+    try:
+        f = open(fname, "a" if append else "w", encoding="utf-8", newline="\n")
+    except OSError as e:            # (a missing directory): named as the user's call
+        raise type(e)(f"{where}: cannot write {fname}: {e.strerror or e} [at {user_line()}]") from None
+    with f:
         for p, name in entries:
             f.write(_entry_text(p, name))
 
@@ -142,9 +154,9 @@ def _parse_text(path: str, text: str, where: str) -> list:
 
 def read_saved(path, where: str) -> list:
     """The parameters in path: DyNet's text format, or autobatch's older .npz files."""
-    path = os.fspath(path)
+    path = file_name(where, path)
     if not os.path.exists(path):
-        raise FileNotFoundError(path)
+        raise FileNotFoundError(f"{where}: no such file: {path} [at {user_line()}]")
     with open(path, "rb") as f:
         raw = f.read()
     if not raw.startswith(b"PK"):

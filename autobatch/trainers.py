@@ -22,6 +22,15 @@ __all__ = ["Trainer", "SimpleSGDTrainer", "CyclicalSGDTrainer", "MomentumSGDTrai
            "AdadeltaTrainer", "RMSPropTrainer", "AdamTrainer", "AmsgradTrainer"]
 
 
+def _num(owner, what: str, v) -> float:
+    """v as a float, or an error naming the trainer (or its method), the argument and the
+    user's line, where float() would raise a bare one (a string, None)."""
+    try:
+        return real(v)
+    except (TypeError, ValueError):
+        raise TypeError(f"{owner}: {what} must be a number, got {v!r} [at {user_line()}]") from None
+
+
 class Trainer:
     """Base class. Subclasses define ``_n_aux`` (state arrays per parameter) and ``_rule``."""
 
@@ -32,7 +41,7 @@ class Trainer:
             raise TypeError(f"{type(self).__name__}: needs a ParameterCollection, got {type(m).__name__} [at "
                             f"{user_line()}]")
         self.model = m
-        self.learning_rate = float(learning_rate)
+        self.learning_rate = _num(type(self).__name__, "learning_rate", learning_rate)
         self.clipping_enabled = True
         self.clip_threshold = 5.0
         self.sparse_updates_enabled = True
@@ -45,10 +54,11 @@ class Trainer:
     # --- DyNet API ---------------------------------------------------------------
     def set_clip_threshold(self, thr: float) -> None:
         """Global gradient-norm clipping threshold; thr <= 0 (e.g. -1) switches clipping off."""
+        thr = _num("set_clip_threshold", "thr", thr)
         if thr <= 0:
             self.clipping_enabled, self.clip_threshold = False, 0.0
         else:
-            self.clipping_enabled, self.clip_threshold = True, float(thr)
+            self.clipping_enabled, self.clip_threshold = True, thr
 
     def get_clip_threshold(self) -> float:
         return self.clip_threshold
@@ -86,7 +96,7 @@ class Trainer:
         As DyNet, the update counter (Adam's bias correction) keeps running."""
         self._aux.clear()
         if learning_rate is not None:
-            self.learning_rate = float(learning_rate)
+            self.learning_rate = _num("restart", "learning_rate", learning_rate)
 
     def update(self, scale: Optional[float] = None) -> None:
         """Apply the accumulated gradients of every parameter of the model, then zero them.
@@ -94,7 +104,7 @@ class Trainer:
         scale: DyNet 1's ``update(s)`` (gone in DyNet 2, kept so that older programs run):
         the gradients are multiplied by s before clipping and the rule."""
         self._update(self.model.parameters_list(), self.model.lookup_parameters_list(),
-                     scale=1.0 if scale is None else float(scale))
+                     scale=1.0 if scale is None else _num("update", "scale", scale))
 
     def update_subset(self, updated_params, updated_lookups) -> None:
         """As ``update`` for the parameters and lookup parameters at these positions of
@@ -274,10 +284,12 @@ class CyclicalSGDTrainer(SimpleSGDTrainer):
     def __init__(self, m: ParameterCollection, learning_rate_min: float = 0.01, learning_rate_max: float = 0.1,
                  step_size: float = 2000, gamma: float = 1.0):
         super().__init__(m, learning_rate_min)
+        step_size = _num("CyclicalSGDTrainer", "step_size", step_size)
         if step_size <= 0:
             raise ValueError(f"CyclicalSGDTrainer: step_size must be positive, got {step_size} [at {user_line()}]")
-        self.learning_rate_min, self.learning_rate_max = float(learning_rate_min), float(learning_rate_max)
-        self.step_size, self.gamma = float(step_size), float(gamma)
+        self.learning_rate_min = _num("CyclicalSGDTrainer", "learning_rate_min", learning_rate_min)
+        self.learning_rate_max = _num("CyclicalSGDTrainer", "learning_rate_max", learning_rate_max)
+        self.step_size, self.gamma = step_size, _num("CyclicalSGDTrainer", "gamma", gamma)
         self.it = 0
 
     def _after_update(self) -> None:
@@ -296,7 +308,7 @@ class MomentumSGDTrainer(Trainer):
 
     def __init__(self, m: ParameterCollection, learning_rate: float = 0.01, mom: float = 0.9):
         super().__init__(m, learning_rate)
-        self.momentum = float(mom)
+        self.momentum = _num(type(self).__name__, "mom", mom)
 
     def _rule(self, x, g, aux, gscale, xp):
         v = self.momentum * aux[0] - (self.learning_rate * gscale) * g
@@ -310,7 +322,7 @@ class AdagradTrainer(Trainer):
 
     def __init__(self, m: ParameterCollection, learning_rate: float = 0.1, eps: float = 1e-20):
         super().__init__(m, learning_rate)
-        self.epsilon = float(eps)
+        self.epsilon = _num(type(self).__name__, "eps", eps)
 
     def _rule(self, x, g, aux, gscale, xp):
         g = gscale * g
@@ -332,7 +344,8 @@ class AdamTrainer(Trainer):
     def __init__(self, m: ParameterCollection, alpha: float = 0.001, beta_1: float = 0.9,
                  beta_2: float = 0.999, eps: float = 1e-8):
         super().__init__(m, alpha)
-        self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(eps)
+        self.beta_1, self.beta_2, self.epsilon = (_num(type(self).__name__, k, v) for k, v in
+                                                  (("beta_1", beta_1), ("beta_2", beta_2), ("eps", eps)))
 
     def _rule(self, x, g, aux, gscale, xp):
         b1, b2 = self.beta_1, self.beta_2
@@ -374,7 +387,7 @@ class AdadeltaTrainer(Trainer):
 
     def __init__(self, m: ParameterCollection, eps: float = 1e-6, rho: float = 0.95):
         super().__init__(m, 1.0)
-        self.epsilon, self.rho = float(eps), float(rho)
+        self.epsilon, self.rho = _num(type(self).__name__, "eps", eps), _num(type(self).__name__, "rho", rho)
 
     def _rule(self, x, g, aux, gscale, xp):
         rho, eps = self.rho, self.epsilon
@@ -394,7 +407,7 @@ class RMSPropTrainer(Trainer):
 
     def __init__(self, m: ParameterCollection, learning_rate: float = 0.001, eps: float = 1e-8, rho: float = 0.9):
         super().__init__(m, learning_rate)
-        self.epsilon, self.rho = float(eps), float(rho)
+        self.epsilon, self.rho = _num(type(self).__name__, "eps", eps), _num(type(self).__name__, "rho", rho)
 
     def _rule(self, x, g, aux, gscale, xp):
         g = gscale * g

@@ -637,8 +637,8 @@ def test_non_numbers_where_numbers_go_are_named(m):
     _expect(GraphError, lambda: dy.elu(x, "a"), "elu", "alpha", "'a'")
     _expect(GraphError, lambda: dy.noise(x, "a"), "noise", "stddev")
     _expect(GraphError, lambda: dy.hinge(x, 0, None), "hinge", "m")
-    _expect(ValueError, lambda: m["model"].add_parameters("ab"), "parameter shape", "'ab'")
-    _expect(ValueError, lambda: m["model"].add_parameters((3.5, 2)), "parameter shape", "3.5")
+    _expect(ValueError, lambda: m["model"].add_parameters("ab"), "add_parameters: a parameter's shape", "'ab'")
+    _expect(ValueError, lambda: m["model"].add_parameters((3.5, 2)), "add_parameters: a parameter's shape", "3.5")
     t = dy.SimpleSGDTrainer(m["model"])
     _expect(TypeError, lambda: t.set_learning_rate("a"), "set_learning_rate", "'a'")
     _expect(TypeError, lambda: t.update_subset(None, []), "update_subset", "None")
@@ -692,3 +692,51 @@ def test_a_huge_finite_gradient_updates_with_clipping_off_as_dynet(m):
         else:
             t.update()
             np.testing.assert_allclose(p.as_array(), [1.0 - 1e-10] * 4, rtol=1e-6)
+
+
+def test_bad_scalar_arguments_of_ops_name_the_op_and_the_line(m):
+    """Arguments that Python's own int() or iteration read (a dimension, a list of rows): their
+    errors used to reach the user with neither the function nor the line."""
+    dy.renew_cg()
+    x, M = _vec(4), dy.inputTensor(np.ones((3, 4)))
+    _expect(ValueError, lambda: dy.log_softmax(x, "ab"), "log_softmax:")
+    _expect(ValueError, lambda: dy.concatenate([x, x], d="a"), "concatenate:")
+    _expect(TypeError, lambda: dy.select_rows(M, None), "select_rows:")
+    _expect(TypeError, lambda: dy.pickrange(x, None, 2), "pickrange:")
+    _expect(TypeError, lambda: dy.max_dim(M, None), "max_dim:")
+    _expect(ValueError, lambda: dy.huber_distance(x, x, "a"), "huber_distance:")
+    _expect(dy.GraphError, lambda: dy.pick_batch_elem(x, "a"), "pick_batch_elem:", "'a'")
+    _works(m)
+
+
+def test_bad_numbers_for_trainers_and_parameters_name_the_call(m):
+    pc = m["model"]
+    _expect(TypeError, lambda: dy.SimpleSGDTrainer(pc, learning_rate="a"), "SimpleSGDTrainer: learning_rate", "'a'")
+    _expect(TypeError, lambda: dy.AdamTrainer(pc, beta_1=None), "AdamTrainer: beta_1", "None")
+    _expect(TypeError, lambda: dy.MomentumSGDTrainer(pc, mom="x"), "MomentumSGDTrainer: mom")
+    _expect(TypeError, lambda: dy.CyclicalSGDTrainer(pc, step_size="x"), "CyclicalSGDTrainer: step_size")
+    t = dy.SimpleSGDTrainer(pc)
+    _expect(TypeError, lambda: t.set_clip_threshold("a"), "set_clip_threshold: thr")
+    _expect(TypeError, lambda: t.update("a"), "update: scale")
+    before = _snapshot(m)
+    _expect(TypeError, lambda: m["W"].scale("a"), "scale:", "'a'")
+    _expect(TypeError, lambda: m["W"].scale_gradient(None), "scale_gradient:")
+    _expect(IndexError, lambda: m["E"].init_row(10, [1.0, 2.0, 3.0]), "init_row: row 10")
+    _expect(IndexError, lambda: m["E"].row_as_array(-1), "row_as_array: row -1")
+    _expect(ValueError, lambda: pc.add_lookup_parameters((-1, 3)), "add_lookup_parameters:")
+    after = _snapshot(m)
+    for a, b in zip(before, after):
+        np.testing.assert_array_equal(a, b)
+    _works(m)
+
+
+def test_file_errors_name_the_call_and_the_line(m, tmp_path):
+    missing = str(tmp_path / "nope")
+    _expect(FileNotFoundError, lambda: dy.load(missing, m["model"]), "load: no such file", "nope.meta")
+    _expect(FileNotFoundError, lambda: m["model"].populate(missing), "populate", "no such file")
+    _expect(FileNotFoundError, lambda: m["W"].populate(missing, "/_0"), "no such file")
+    _expect(FileNotFoundError, lambda: dy.save(str(tmp_path / "no" / "dir" / "m"), [m["W"]]), "save: cannot write")
+    _expect(FileNotFoundError, lambda: m["model"].save(str(tmp_path / "no" / "m")), "save: cannot write")
+    _expect(TypeError, lambda: dy.load(None, m["model"]), "load: needs a file name", "None")
+    _expect(TypeError, lambda: dy.save(str(tmp_path / "m"), m["W"]), "save: needs a list")
+    assert list(tmp_path.iterdir()) == []          # nothing half-written
