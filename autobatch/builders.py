@@ -27,6 +27,9 @@ from .params import ConstInitializer, Parameter, ParameterCollection
 __all__ = ["RNNState", "VanillaLSTMBuilder", "LSTMBuilder", "SimpleRNNBuilder", "GRUBuilder"]
 
 
+_I, _CG = operator.attrgetter("i"), operator.attrgetter("cg")
+
+
 def _shape_of(x) -> tuple:
     if type(x) is BatchedExpression:        # DyNet's minibatch: the shape of one element
         x = x.xs[0]
@@ -348,6 +351,9 @@ class _Builder:
         each form (recipes.py): a step's nodes then cost a fraction of building them one by
         one. Inputs from another graph take the normal path, which reports them."""
         if BatchedExpression in (type(x), type(h), type(c), type(mh)):
+            steps = self._batched_steps(run, l, x, h, c, mh)
+            if steps is not None:
+                return steps
             # DyNet's minibatch: each element's step, from the template as any instance's;
             # the elements' inputs have one set of shapes, so after the first element's step
             # the others replay its template without looking it up
@@ -373,6 +379,37 @@ class _Builder:
             return self._layer_step(run.exprs[l], x, h, c, mh)
         ins, form = r
         return recipes.step(x.cg, (self, l, form), ins, self._layer_step, run.exprs[l], x, h, c, mh)
+
+    def _batched_steps(self, run: _Run, l: int, x, h, c, mh):
+        """(h, c) of a minibatch's step (DyNet's hand batching: x, h, c batches of one size, or
+        unbatched, which every element shares), every element's nodes appended by one call of
+        its template's loop (recipes.many_of); None where the per-element path must run: no
+        template yet (the first step records it), dropout masks, inputs of other shapes."""
+        if mh is not None:
+            return None
+        ops = [v.xs if type(v) is BatchedExpression else v for v in (x, h, c)]
+        sizes = {len(v) for v in ops if type(v) is list}
+        if len(sizes) != 1:
+            return None
+        B = sizes.pop()
+        els = [v if type(v) is list else [v] * B for v in ops]
+        ins = self._step_ins(run, l, els[0][0], els[1][0], els[2][0], None)
+        g = dy._S.graph
+        t = recipes.replay_of(g, (self, l, ins[1]), ins[0]) if ins is not None else None
+        if not t:
+            return None
+        shapes, fixed = g.shapes, len(run.pids[l])
+        cols = []
+        for v, i0 in zip([v for v in els if v[0] is not None], ins[0][fixed:]):
+            # every element an Expression of g, of the first one's shape (interned: one object)
+            if set(map(type, v)) != {Expression} or set(map(_CG, v)) != {g}:
+                return None
+            col = list(map(_I, v))
+            if set(map(id, map(shapes.__getitem__, col))) != {id(shapes[i0])}:
+                return None
+            cols.append(col)
+        outs = recipes.many_of(t, fixed)(g, ins[0][:fixed], list(zip(*cols)))
+        return tuple(batch_of(z) if z[0] is not None else None for z in zip(*outs))
 
     @staticmethod
     def _step_ins(run: _Run, l: int, x, h, c, mh):

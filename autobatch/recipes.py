@@ -151,11 +151,14 @@ def _ref(r, p: str, own: str = "{p}n + {k}", inp: str = "{p}i{k}") -> str:
 
 
 def _max(terms):
-    """Source of the largest of terms (names): a conditional for two, cheaper than max()."""
+    """Source of the largest of terms (names): conditionals for two or three, cheaper than max()."""
     if len(terms) == 1:
         return terms[0]
     if len(terms) == 2:
         return f"({terms[0]} if {terms[0]} > {terms[1]} else {terms[1]})"
+    if len(terms) == 3:         # (an LSTM step's: conditionals on names cost less than a call)
+        two = _max(terms[:2])
+        return f"({two} if {two} > {terms[2]} else {terms[2]})"
     return "max(" + ", ".join(terms) + ")"
 
 
@@ -301,6 +304,49 @@ def _run_source(ts, stream, carry, emit) -> str:
     return "\n".join(["def run(g, ins, xs):"] + _HEAD + ["    em = []"] + ["    " + line for line in pre]
                      + ["    for x in xs:"] + ["        " + line for line in loop]
                      + ["    " + line for line in post] + ["    return em"])
+
+
+def many_of(replay, fixed: int):
+    """A function (g, ins, rows) -> [outputs of each step] that appends what calling replay
+    once per row would: a step of each of a minibatch's elements (DyNet's hand batching), the
+    first ``fixed`` inputs (the parameters, ins) the same for all, the others each row's. The
+    work that reads only the fixed inputs (signatures, their part of the depths, their uses)
+    is done once, and a step costs no call, key or input tuple of its own."""
+    key = ("many", fixed)
+    many = replay.runs.get(key)
+    if many is not None:
+        return many
+    t = replay.template
+    ns = {"_E": Expression, **t.constants("")}
+    exec(_code(("many", t.key, fixed), lambda: _many_source(t, fixed), t.m), ns)
+    many = replay.runs[key] = ns["many"]
+    return many
+
+
+def _many_source(t: _Template, fixed: int) -> str:
+    fix = frozenset(range(fixed))
+    varying = range(fixed, t.n_in)
+    before, step, hoist = _step_lines(t, "", fix)
+    sig = _sig_tuple(t, "")
+    if sig.startswith("(") and hoist:
+        before.append(f"SG = {sig}")            # every signature is the same at every step
+        sig = "SG"
+    pre = [f"i{j} = ins[{j}]; D{j} = depths[i{j}]; N{j} = needs[i{j}]" for j in range(fixed)]
+    loop = ["".join(f"i{j}, " for j in varying) + "= row"]
+    loop += [f"D{j} = depths[i{j}]; N{j} = needs[i{j}]" for j in varying]
+    loop += step + _appends(t, "", sig, varying)
+    outs = []
+    for k, ok in enumerate(t.outs):
+        if ok is None:
+            outs.append("None")
+        else:
+            loop += [f"o{k} = _E()", f"o{k}.cg = g", f"o{k}.i = n + {ok}"]
+            outs.append(f"o{k}")
+    loop += [f"out.append(({', '.join(outs)},))", f"n += {t.m}"]
+    post = [f"uses[i{j}] += {c} * len(rows)" for j, c in sorted(t.in_uses.items()) if j < fixed]
+    return "\n".join(["def many(g, ins, rows):"] + _HEAD + ["    out = []"] + ["    " + line for line in pre + before]
+                     + ["    for row in rows:"] + ["        " + line for line in loop]
+                     + ["    " + line for line in post] + ["    return out"])
 
 
 _CODES: dict = {}     # a template's key (or a loop's keys) -> its compiled code
