@@ -1078,6 +1078,7 @@ Expression.__getitem__ = _getitem
 LookupParameter.__getitem__ = lambda p, i: lookup(p, i)
 LookupParameter.expr = lambda p, update=True: parameter(p, update)     # DyNet's takes no argument
 Parameter.__getitem__ = lambda p, k: _getitem(parameter(p), k)
+Parameter.__array_ufunc__ = Expression.__array_ufunc__     # array + W refused, np.add(W, 1.0) not
 
 
 # p + o for a Parameter p: with o a temporary product (b + W * x), fastpath.ABSORB's rule

@@ -25,6 +25,9 @@ def forward(exps: Sequence[Expression], recalculate: bool = False) -> None:
         return
     g = _graph()
     ids = [_id(e, g) for e in exps]
+    for e in exps:
+        if type(e) is Expression:
+            e._check()          # (one cg_revert dropped is refused here too)
     if recalculate:
         g.invalidate()
     g.forward_to(max(ids))

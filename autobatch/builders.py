@@ -126,7 +126,7 @@ class RNNState:
 
     def transduce(self, xs: Sequence[Expression]) -> List[Expression]:
         """The outputs (top-layer h, (hidden_dim,)) after each of xs."""
-        xs = dy._seq("transduce", xs)
+        xs = list(xs)               # (an Expression: its rows, as DyNet's, and as add_inputs)
         out = self._b._transduce(self, xs)
         return out if out is not None else [s.output() for s in self.add_inputs(xs)]
 

@@ -469,7 +469,7 @@ class ComputationGraph:
     def revert(self) -> None:
         """Drop every node built since the last checkpoint() (nothing if there is none, as in
         DyNet). Their ids are not reused: each stays a node of shape DROPPED, never computed,
-        which refuses its Expressions (a few bytes a node until the graph is renewed)."""
+        which refuses its Expressions (about 150 bytes a node until the graph is renewed)."""
         if not self._checkpoints:
             return
         n = self._checkpoints.pop()
@@ -489,6 +489,10 @@ class ComputationGraph:
         self.depths[n:] = [0] * k
         self.needs[n:] = [False] * k
         uses[n:] = [0] * k
+        if self.exe.done == n:
+            # nothing to compute there: the next forward (forward_to's, ending at the next
+            # checkpoint) starts after them, not with an empty one over them
+            self.exe.done = n + k
         for col in (self.attrs, self.datas):
             # a node's entry is made when it is built (set() and invalidate() only replace
             # one), so the dict's order is node order: the dropped nodes' entries are last
@@ -807,9 +811,18 @@ class Expression:
     with expression(cg, i)."""
 
     __slots__ = ("cg", "i")
-    # NumPy on the left of an operator (array + x) defers to the Expression's operator, which
-    # refuses an array, as DyNet does, instead of making an array of Expressions, one per item
-    __array_ufunc__ = None
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """NumPy's functions of an Expression (np.add(x, 1.0), np.sum(x)) apply its operators to
+        it, as to any Python object. An array of elements beside it (array + x) is refused:
+        the Expression's operator then raises, as DyNet's does, where NumPy would make an
+        array of Expressions, one per element."""
+        if any(isinstance(a, np.ndarray) and a.ndim > 0 for a in inputs):
+            what = f"operator {_SYMBOLS[ufunc.__name__]}" if ufunc.__name__ in _SYMBOLS else f"numpy.{ufunc.__name__}"
+            raise TypeError(f"{what}: expected an Expression or Parameter, got ndarray (dy.inputTensor makes "
+                            f"an expression of an array) [at {user_line()}]")
+        r = getattr(ufunc, method)(*[_object(a) for a in inputs], **kwargs)
+        return r[()] if isinstance(r, np.ndarray) and r.ndim == 0 and r.dtype == object else r
 
     # --- values -----------------------------------------------------------------
     def _check(self):
@@ -899,6 +912,19 @@ class Expression:
         return f"Expression(node={self.i}, shape={self.cg.shapes[self.i]})"
 
     # --- arithmetic (defined in api.py to keep the op wiring in one place) --------
+
+
+_SYMBOLS = {"add": "+", "subtract": "-", "multiply": "*", "true_divide": "/", "divide": "/", "power": "**",
+            "matmul": "@"}
+
+
+def _object(a):
+    """a, or an Expression or Parameter as a 0-d object array (NumPy then calls its operators)."""
+    if hasattr(a, "__array_ufunc__") and not isinstance(a, np.ndarray) and not np.isscalar(a):
+        o = np.empty((), dtype=object)
+        o[()] = a
+        return o
+    return a
 
 
 def expression(cg, i: int) -> Expression:

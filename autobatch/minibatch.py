@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import itertools
 import numbers
+import os
 import sys
 import types
 
@@ -22,7 +23,7 @@ import numpy as np
 
 from . import fastpath
 from .conversions import whole
-from .errors import AutobatchError, GraphError, GraphIndexError, called, user_line
+from .errors import GraphError, GraphIndexError, called, user_line
 from .graph import Expression
 from .params import Parameter
 
@@ -172,6 +173,17 @@ _ONE_SHOT = frozenset({types.GeneratorType, map, filter, zip, itertools.chain, r
                        type(iter([])), type(iter(()))})
 
 
+def _raised_inside(e) -> bool:
+    """Whether e's innermost Python frame is the package's (a conversion it called)."""
+    tb = e.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return os.path.dirname(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE)
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+
+
 def per_element(f, each=None):
     """f, run once per batch element when an operand (or an item of a list operand) is a
     BatchedExpression, which f's operand conversion reports by raising BatchedOperand. each:
@@ -192,10 +204,12 @@ def per_element(f, each=None):
             return _per_element(each, args, kw, f.__name__)
         except (TypeError, ValueError) as e:
             # Python's or NumPy's own conversion of a bad argument (int("a"), float(None),
-            # iterating None): named as the user's call, with the user's line, as ours are
-            if not isinstance(e, AutobatchError) and e.args and isinstance(e.args[0], str) \
-                    and "[at " not in e.args[0]:
-                e.args = (f"{called() or f.__name__}: {e.args[0]} [at {user_line()}]",) + e.args[1:]
+            # iterating None): named as the user's call, with the user's line, as ours are.
+            # Only a plain TypeError or ValueError raised in the package (not in a user's
+            # iterator or callback, whose exception stays as it is)
+            if type(e) in (TypeError, ValueError) and len(e.args) == 1 and isinstance(e.args[0], str) \
+                    and "[at " not in e.args[0] and _raised_inside(e):
+                e.args = (f"{called() or f.__name__}: {e.args[0]} [at {user_line()}]",)
             raise
     g._per_element = True
     g.__code__ = g.__code__.replace(co_name=f.__name__)     # errors.called() names the user's call

@@ -285,7 +285,6 @@ class Parameter:
     """A dense parameter tensor. Usable directly in expressions (``W * x + b``)."""
 
     is_lookup = False
-    __array_ufunc__ = None      # array + W: W's operator refuses it (graph.Expression)
     # (lo, hi, v): autobatch's first .npz files held value[lo:hi] + v (an LSTM's b then held
     # the forget bias that its step now adds, as DyNet's); None: they held the value itself
     npz_offset = None

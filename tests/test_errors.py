@@ -740,3 +740,31 @@ def test_file_errors_name_the_call_and_the_line(m, tmp_path):
     _expect(TypeError, lambda: dy.load(None, m["model"]), "load: needs a file name", "None")
     _expect(TypeError, lambda: dy.save(str(tmp_path / "m"), m["W"]), "save: needs a list")
     assert list(tmp_path.iterdir()) == []          # nothing half-written
+
+
+def test_an_exception_from_the_users_own_code_is_left_as_it_is():
+    """The names and lines the op functions add to Python's conversion errors are for errors of
+    the library's conversions only: an iterator of the user's that raises keeps its message."""
+    shared = ValueError("the user's own message")
+
+    class Broken:
+        def __iter__(self):
+            raise shared
+
+    dy.renew_cg()
+    with pytest.raises(ValueError) as info:
+        dy.esum(Broken())
+    assert info.value is shared and shared.args == ("the user's own message",)
+    with pytest.raises(UnicodeDecodeError) as info:
+        dy.esum(iter([b"\xff"]).__next__().decode("utf-8") for _ in range(1))
+    assert info.value.args[0] == "utf-8"
+
+
+def test_forward_of_an_expression_cg_revert_dropped_is_refused():
+    dy.renew_cg()
+    x = dy.inputVector([1.0, 2.0])
+    dy.cg_checkpoint()
+    y = dy.tanh(x)
+    dy.cg_revert()
+    _expect(dy.StaleExpressionError, lambda: dy.forward([x, y]), "cg_revert() dropped it")
+    assert dy.tanh(x).npvalue() == pytest.approx(np.tanh([1.0, 2.0]).tolist())

@@ -69,12 +69,16 @@ def test_one_expression_is_not_a_list_of_them(name):
     assert dy.tanh(x).value() == pytest.approx(np.tanh([1.0, 2.0, 3.0]).tolist(), rel=1e-6)
 
 
-def test_transduce_of_one_expression_is_refused():
+def test_transduce_of_one_expression_reads_its_rows_as_dynet_does():
+    """(DyNet 2.2 iterates an Expression given to transduce, as add_inputs does here.)"""
     pc = dy.ParameterCollection()
     b = dy.VanillaLSTMBuilder(1, 3, 2, pc)
     dy.renew_cg()
-    with pytest.raises(dy.GraphError, match="transduce: expects a list"):
-        b.initial_state().transduce(dy.inputVector([1.0, 2.0, 3.0]))
+    X = dy.inputTensor(np.arange(6.0).reshape(2, 3))
+    got = [h.npvalue() for h in b.initial_state().transduce(X)]
+    want = [s.output().npvalue() for s in b.initial_state().add_inputs([X[0], X[1]])]
+    assert len(got) == 2
+    np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 @pytest.mark.parametrize("left", [np.ones(3), np.ones((3, 3)), np.ones(1)], ids=["vector", "matrix", "one"])
@@ -86,6 +90,17 @@ def test_a_numpy_array_on_the_left_of_an_operator_is_refused(left, op):
     for right in (dy.inputVector([1.0, 2.0, 3.0]), W):
         with pytest.raises(TypeError, match=r"operator .: expected an Expression or Parameter, got ndarray"):
             eval(f"left {op} right")
+
+
+def test_numpy_functions_of_one_expression_still_work():
+    dy.renew_cg()
+    pc = dy.ParameterCollection()
+    W = pc.add_parameters((2,), init=dy.NumpyInitializer(np.array([1.0, -1.0])))
+    x = dy.inputVector([1.0, 2.0])
+    for y, want in ((np.add(x, 1.0), [2, 3]), (np.sum(x), [1, 2]), (np.negative(x), [-1, -2]),
+                    (np.multiply(2.0, x), [2, 4]), (np.add(W, 1.0), [2, 0]), (np.sum([x, x]), [2, 4])):
+        assert isinstance(y, dy.Expression)
+        np.testing.assert_allclose(y.npvalue(), want)
 
 
 def test_numpy_scalars_on_either_side_still_work():
