@@ -519,8 +519,8 @@ class ComputationGraph:
         self._recipes = {}
         self._transduce = {}
         self.where = {k: v for k, v in self.where.items() if k < n}
-        # signature keys that name dropped nodes (shared inputs, "alone" nodes): a new node
-        # that reuses the id must get a signature of its own op
+        # signature keys that name dropped nodes (shared inputs, "alone" nodes) cannot match
+        # again (their ids are not reused): dropped, to keep the table to the live graph
         self._sigtab = {k: v for k, v in self._sigtab.items()
                         if type(k) is not tuple or not any(type(a) is int and a >= n for a in k[1:])}
 
