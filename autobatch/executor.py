@@ -66,8 +66,9 @@ def _by_reader(plan, g):
     n = len(depths)
     out = None
     for k, ids in enumerate(plan):
-        if len(ids) > 1 and sigs[ids[0]] in by_reader and ids[-1] + 1 < n:
-            key = [depths[i + 1] for i in ids]
+        if len(ids) > 1 and sigs[ids[0]] in by_reader:
+            # (a node with nothing built after it, a step that failed half-built: read last)
+            key = [depths[i + 1] if i + 1 < n else n for i in ids]
             if any(map(gt, key, key[1:])):
                 if out is None:
                     out = list(plan)        # plans are shared (the scheduler's cache)

@@ -814,9 +814,9 @@ class Expression:
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         """NumPy's functions of an Expression (np.add(x, 1.0), np.sum(x)) apply its operators to
-        it, as to any Python object. An array of elements beside it (array + x) is refused:
-        the Expression's operator then raises, as DyNet's does, where NumPy would make an
-        array of Expressions, one per element."""
+        it, as to any Python object. An array of elements beside it (array + x) is refused,
+        naming the operator and the user's line, as DyNet's operators refuse it, where NumPy
+        would make an array of Expressions, one per element."""
         if any(isinstance(a, np.ndarray) and a.ndim > 0 for a in inputs):
             what = f"operator {_SYMBOLS[ufunc.__name__]}" if ufunc.__name__ in _SYMBOLS else f"numpy.{ufunc.__name__}"
             raise TypeError(f"{what}: expected an Expression or Parameter, got ndarray (dy.inputTensor makes "
