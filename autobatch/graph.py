@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 import threading
 import time
 from types import MappingProxyType
@@ -821,6 +822,11 @@ class Expression:
             what = f"operator {_SYMBOLS[ufunc.__name__]}" if ufunc.__name__ in _SYMBOLS else f"numpy.{ufunc.__name__}"
             raise TypeError(f"{what}: expected an Expression or Parameter, got ndarray (dy.inputTensor makes "
                             f"an expression of an array) [at {user_line()}]")
+        if method == "__call__" and len(inputs) == 2 and not kwargs and ufunc.__name__ in _BINARY:
+            # a NumPy scalar and an Expression (np.float32(2) * x): the Python operator, on the
+            # scalar's number (NumPy's object loop would hand a longdouble back to NumPy)
+            a, b = map(_python, inputs)
+            return _BINARY[ufunc.__name__](a, b)
         r = getattr(ufunc, method)(*[_object(a) for a in inputs], **kwargs)
         return r[()] if isinstance(r, np.ndarray) and r.ndim == 0 and r.dtype == object else r
 
@@ -916,11 +922,29 @@ class Expression:
 
 _SYMBOLS = {"add": "+", "subtract": "-", "multiply": "*", "true_divide": "/", "divide": "/", "power": "**",
             "matmul": "@"}
+_BINARY = {"add": operator.add, "subtract": operator.sub, "multiply": operator.mul, "true_divide": operator.truediv,
+           "divide": operator.truediv, "power": operator.pow}
+
+
+def _python(v):
+    """A NumPy number (or 0-d array) as Python's; anything else as it is. (item() keeps a
+    longdouble a NumPy scalar.)"""
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        v = v[()]
+    if isinstance(v, np.generic):
+        for kind, to in ((np.bool_, bool), (np.integer, int), (np.floating, float), (np.complexfloating, complex)):
+            if isinstance(v, kind):
+                return to(v)
+    return v
 
 
 def _object(a):
-    """a, or an Expression or Parameter as a 0-d object array (NumPy then calls its operators)."""
-    if hasattr(a, "__array_ufunc__") and not isinstance(a, np.ndarray) and not np.isscalar(a):
+    """a as NumPy's object loop should see it: an Expression or Parameter as a 0-d object array
+    (NumPy then calls its operators), a NumPy number as Python's (a longdouble would call
+    NumPy, and so this method, again)."""
+    if isinstance(a, (np.generic, np.ndarray)):
+        return _python(a) if a.ndim == 0 and a.dtype != object else a
+    if hasattr(a, "__array_ufunc__"):
         o = np.empty((), dtype=object)
         o[()] = a
         return o

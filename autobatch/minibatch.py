@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import itertools
 import numbers
-import os
 import sys
 import types
 
@@ -23,7 +22,7 @@ import numpy as np
 
 from . import fastpath
 from .conversions import whole
-from .errors import GraphError, GraphIndexError, called, user_line
+from .errors import GraphError, GraphIndexError, _internal, called, user_line
 from .graph import Expression
 from .params import Parameter
 
@@ -178,10 +177,7 @@ def _raised_inside(e) -> bool:
     tb = e.__traceback__
     while tb.tb_next is not None:
         tb = tb.tb_next
-    return os.path.dirname(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE)
-
-
-_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+    return _internal(tb.tb_frame.f_code.co_filename)
 
 
 def per_element(f, each=None):

@@ -107,7 +107,9 @@ def test_numpy_scalars_on_either_side_still_work():
     dy.renew_cg()
     x = dy.inputVector([1.0, 2.0])
     for y, want in ((np.float32(2) * x, [2, 4]), (x * np.float64(2), [2, 4]), (np.int64(3) - x, [2, 1]),
-                    (np.float64(2) / x, [2, 1])):
+                    (np.float64(2) / x, [2, 1]), (np.longdouble(2) * x, [2, 4]), (np.longdouble(2) + x, [3, 4]),
+                    (np.array(2, dtype=np.longdouble) * x, [2, 4]), (np.add(np.longdouble(1), x), [2, 3]),
+                    (np.uint8(3) - x, [2, 1]), (np.array(2.0) * x, [2, 4])):
         np.testing.assert_allclose(y.value(), want)
 
 
