@@ -22,3 +22,13 @@ def real(v) -> float:
     if isinstance(v, (str, bytes, np.ndarray)):
         raise TypeError(f"not a number: {v!r}")
     return float(v)
+
+
+def number(what: str, v) -> float:
+    """real(v), or a TypeError naming ``what`` (the call, and the argument where there are
+    several) and the user's line, where float() would raise a bare one (a string, None)."""
+    from .errors import user_line
+    try:
+        return real(v)
+    except (TypeError, ValueError):
+        raise TypeError(f"{what}: expected a number, got {v!r} [at {user_line()}]") from None

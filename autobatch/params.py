@@ -11,7 +11,7 @@ import os
 import numpy as np
 
 from . import runtime
-from .conversions import real, whole
+from .conversions import number, whole
 from .errors import user_line, warn_user
 from .textfile import check_name, file_order, read_saved, restore, write_text
 
@@ -215,15 +215,6 @@ def _as_shape(dim, where: str = "add_parameters") -> tuple:
         raise ValueError(f"{where}: a parameter's shape must be non-negative integers, got {dim!r} "
                          f"[at {user_line()}]")
     return shape
-
-
-def _number(what: str, v) -> float:
-    """v as a float, or a TypeError naming ``what`` and the user's line (NumPy's would name
-    neither)."""
-    try:
-        return real(v)
-    except (TypeError, ValueError):
-        raise TypeError(f"{what}: expected a number, got {v!r} [at {user_line()}]") from None
 
 
 def _host_or_device(arr, what: str = "parameter values"):
@@ -430,10 +421,10 @@ class Parameter:
         self.touched = False
 
     def scale(self, s: float) -> None:
-        self.data *= _number("scale", s)
+        self.data *= number("scale", s)
 
     def scale_gradient(self, s: float) -> None:
-        self.grad *= _number("scale_gradient", s)
+        self.grad *= number("scale_gradient", s)
 
     def clip_inplace(self, left: float, right: float) -> None:
         self.xp.clip(self.data, left, right, out=self.data)

@@ -14,7 +14,7 @@ from typing import Optional
 
 import numpy as np
 
-from .conversions import real
+from .conversions import number, real
 from .errors import NonFiniteError, user_line
 from .params import Parameter, ParameterCollection
 
@@ -23,12 +23,7 @@ __all__ = ["Trainer", "SimpleSGDTrainer", "CyclicalSGDTrainer", "MomentumSGDTrai
 
 
 def _num(owner, what: str, v) -> float:
-    """v as a float, or an error naming the trainer (or its method), the argument and the
-    user's line, where float() would raise a bare one (a string, None)."""
-    try:
-        return real(v)
-    except (TypeError, ValueError):
-        raise TypeError(f"{owner}: {what} must be a number, got {v!r} [at {user_line()}]") from None
+    return number(f"{owner}: {what}", v)
 
 
 class Trainer:
