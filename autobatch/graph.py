@@ -464,6 +464,12 @@ class ComputationGraph:
     @_follows_current
     def checkpoint(self) -> None:
         """Remember the current end of the graph; revert() drops what is built after it."""
+        if COOP.park is not None:
+            # the instances of coop.batched_map build into one graph in turn: a revert would
+            # drop the nodes the others built after the checkpoint
+            raise GraphError(f"cg_checkpoint() inside batched_map: its instances share one computation graph, "
+                             f"so cg_revert() would drop the other instances' nodes; score candidates with a "
+                             f"plain loop [at {user_line()}]")
         self._checkpoints.append(len(self.sigs))
 
     @_follows_current

@@ -321,6 +321,27 @@ def test_renew_cg_inside_is_an_error():
         bounded(lambda: dy.batched_map(fn, range(3)))
 
 
+def test_cg_checkpoint_inside_is_an_error_that_says_why():
+    """The instances build into one graph: a revert in one would drop the others' nodes (it
+    used to fail later with a TypeError from inside the engine)."""
+    P = make_params()
+
+    def fn(k):
+        h = dy.tanh(dy.lookup(P["E"], k))
+        dy.cg_checkpoint()
+        v = dy.sum_elems(h * 2.0).value()
+        dy.cg_revert()
+        return v
+
+    dy.renew_cg()
+    with pytest.raises(dy.GraphError, match="cg_checkpoint.. inside batched_map"):
+        bounded(lambda: dy.batched_map(fn, range(3)))
+    dy.renew_cg()
+    assert [round(v, 5) for v in dy.batched_map(lambda k: dy.sum_elems(dy.tanh(dy.lookup(P["E"], k))).value(),
+                                                range(3))] == \
+        [round(dy.sum_elems(dy.tanh(dy.lookup(P["E"], k))).value(), 5) for k in range(3)]
+
+
 def test_nested_batched_map_matches_the_plain_loop(f64):
     P = make_params()
 
