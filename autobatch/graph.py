@@ -65,9 +65,7 @@ def _rule(op, ins, attr):
             out = tuple(op.shape(ins, attr))
             out = _SHAPES.setdefault(out, out)
         except ShapeError as e:
-            api = called()
-            api = f"{api}: " if api and api != op.name else ""
-            raise GraphError(f"{api}{e} [op {op.name}, input shapes {list(ins)}, at {user_line()}]") from None
+            raise _rule_error(op, ins, str(e)) from None
         if not all(d >= 1 for d in out):
             # checked here, once per pattern: a node of no elements (or a negative dimension)
             # would fail only at the forward, and every forward of its graph after it
@@ -77,11 +75,8 @@ def _rule(op, ins, attr):
         if len(out) > _MAX_NDIM or size >= _MAX_SIZE:
             # refused here, not at the forward (NumPy's limit on dimensions, an allocation that
             # cannot succeed), where the node would fail every later forward of its graph
-            api = called()
-            api = f"{api}: " if api and api != op.name else ""
-            raise GraphError(f"{api}{op.name}: an output of shape {out} ({len(out)} dimensions, {size} elements; at "
-                             f"most {_MAX_NDIM} and {_MAX_SIZE - 1}) [op {op.name}, input shapes {list(ins)}, "
-                             f"at {user_line()}]")
+            raise _rule_error(op, ins, f"{op.name}: an output of shape {out} ({len(out)} dimensions, {size} "
+                                       f"elements; at most {_MAX_NDIM} and {_MAX_SIZE - 1})")
         SIZE_OF[out] = size
         # the arity is part of every signature: elementwise sigs ignore shapes, and an
         # add of 2 inputs must not batch with an esum of 3 (kernels stack input j of all nodes);
@@ -95,6 +90,15 @@ def _rule(op, ins, attr):
             base = _BASE_SIGS.setdefault(base, len(_BASE_SIGS))
         r = _RULES[key] = (out, size, base, op.shared_of(len(ins)))
     return r
+
+
+def _rule_error(op, ins, msg: str) -> GraphError:
+    """The error for a node op cannot make of inputs of shapes ins: msg, prefixed with the
+    user's call where it is not the op itself (concatenate's reshape), the op, the shapes
+    and the user's line."""
+    api = called()
+    api = f"{api}: " if api and api != op.name else ""
+    return GraphError(f"{api}{msg} [op {op.name}, input shapes {list(ins)}, at {user_line()}]")
 
 
 _DROPPED_USE = ("an Expression built after cg_checkpoint() was used after cg_revert() dropped it "
