@@ -193,22 +193,20 @@ def _by_depth(lo, hi, sigs, depths):
     return _split(ids[order], key[order])
 
 
-def _edges(lo, hi, args, sig_all):
+def _edges(lo, hi, args, ok):
     """Dependency edges among pending nodes (parameters are always ready), built with
-    C-level iteration: no per-edge Python. Returns each node's number of pending
-    consumers, the predecessor lists as a CSR (edges already come in consumer order),
-    and the edge lists src -> dst, all in local ids."""
+    C-level iteration: no per-edge Python. ok: whether each node is pending, with one more
+    entry, False, that inputs outside [lo, hi) are pointed at. Returns the edge lists
+    src -> dst in local ids, in consumer order."""
     n = hi - lo
     chunk = args[lo:hi]
     lens = np.fromiter(map(len, chunk), dtype=np.int64, count=n)
     src = np.fromiter(itertools.chain.from_iterable(chunk), dtype=np.int64, count=int(lens.sum())) - lo
+    if lo:
+        src[src < 0] = n
     dst = np.repeat(np.arange(n, dtype=np.int64), lens)
-    keep = src >= 0
-    keep[keep] = sig_all[src[keep]] >= 0
-    src, dst = src[keep], dst[keep]
-    pptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(dst, minlength=n), out=pptr[1:])
-    return np.bincount(src, minlength=n), pptr, src, dst
+    keep = ok[src]
+    return src[keep], dst[keep]
 
 
 def _ranges(ptr, flat, nodes):
@@ -457,38 +455,47 @@ def _dynet_agenda(lo, hi, sigs, depths, args, heavy_of_sig):
     sort of signature x node keys, and the batches become lists in one conversion."""
     n = hi - lo
     sig_all = _ints(sigs, lo, hi)
-    pend = np.flatnonzero(sig_all >= 0)
+    ok = np.empty(n + 1, dtype=bool)
+    np.greater_equal(sig_all, 0, out=ok[:n])
+    ok[n] = False
+    pend = np.flatnonzero(ok[:n])
     if len(pend) == 0:
         return []
     sig = sig_all[pend]
     ns = int(sig.max()) + 1
     count = np.bincount(sig, minlength=ns)
-    avg = np.bincount(sig, weights=np.array(depths[lo:hi], dtype=np.float64)[pend], minlength=ns)
+    avg = np.bincount(sig, weights=_ints(depths, lo, hi)[pend], minlength=ns)
     prio = {s: (avg[s] / count[s], heavy_of_sig(s), s) for s in np.flatnonzero(count).tolist()}
-    deg, pptr, src, dst = _edges(lo, hi, args, sig_all)
-    waits = np.diff(pptr)
+    src, dst = _edges(lo, hi, args, ok)
+    # waits: each node's pending inputs; node n, the successor tables' padding, never gets ready
+    waits = np.append(np.bincount(dst, minlength=n), 1 << 62)
     order = np.argsort(src, kind="stable")
     src, succ = src[order], dst[order]
+    deg = np.bincount(src, minlength=n)
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(deg, out=ptr[1:])
     width = int(deg.max(initial=0))
-    if width <= _PAD_WIDTH:         # successors as rows of a table padded with -1
-        table = np.full((n, max(width, 1)), -1, dtype=np.int64)
+    if width <= _PAD_WIDTH:         # successors as rows of a table padded with node n
+        table = np.full((n, max(width, 1)), n, dtype=np.int64)
         table[src, np.arange(len(src)) - ptr[src]] = succ
 
         def successors(batch):
-            nxt = table[batch].ravel()
-            return nxt[nxt >= 0]
+            return table[batch].ravel()
     else:                           # a node feeds many (one embedding for every word)
 
         def successors(batch):
             return _ranges(ptr, succ, batch)
+    key_all = sig_all * n + np.arange(n, dtype=np.int64)
     ready: dict = {}
     heap: list = []
 
     def add_ready(nodes):
-        key = sig_all[nodes] * n + nodes
-        key.sort()                  # by signature, ids ascending within one
+        key = key_all[nodes]
+        if len(key) > 1:
+            key.sort()              # by signature, ids ascending within one
+            same = key[1:] == key[:-1]
+            if same.any():          # a node fed twice by the batch (x * x) came twice
+                key = key[np.concatenate(([True], ~same))]
         s0, s1 = int(key[0]) // n, int(key[-1]) // n
         if s0 == s1:                # the common case: one signature became ready
             groups = ((s0, key - s0 * n),)
@@ -514,12 +521,11 @@ def _dynet_agenda(lo, hi, sigs, depths, args, heavy_of_sig):
         out.append(batch)
         nxt = successors(batch)
         if len(nxt):
+            # a node's count reaches 0 once: its inputs have all run, none of them can come again
             np.subtract.at(waits, nxt, 1)
             fresh = nxt[waits[nxt] == 0]
             if len(fresh):
-                waits[fresh] = -1
-                # a node fed twice by the batch (x * x) is in fresh twice
-                add_ready(_unique(fresh) if len(fresh) > 1 else fresh)
+                add_ready(fresh)
     flat = (np.concatenate(out) + lo).tolist()
     res, k = [], 0
     for b in out:
