@@ -316,3 +316,34 @@ def test_every_public_name_is_exported():
     from autobatch import api_reduce
     for name in api_reduce.__all__:
         assert getattr(dy, name) is getattr(api_reduce, name)
+
+
+@pytest.mark.parametrize("strategy", ["none", "agenda"])
+@pytest.mark.parametrize("form", ["logsumexp", "logsumexp_dim"])
+def test_logsumexp_of_log_zero_has_value_minus_inf_and_gradient_zero(strategy, form):
+    """All inputs -inf is log 0 (a chart cell no path reaches, in a CTC or forward algorithm):
+    logsumexp gives -inf with no warning, and its gradient is 0, not exp(-inf - -inf) = nan,
+    so the summed loss around it keeps finite gradients. Another row of the same batch is
+    finite and keeps its own gradient."""
+    pc = dy.ParameterCollection()
+    p = pc.add_parameters((2,), init=dy.ConstInitializer(0.5))
+    dy.renew_cg(autobatching=strategy)
+    with np.errstate(all="raise"):
+        dead = p + dy.inputVector([-np.inf, -np.inf])
+        live = p + dy.inputVector([0.0, 1.0])
+        if form == "logsumexp":
+            zs = [dy.logsumexp([dead, dead * 2]), dy.logsumexp([live, live * 2])]
+        else:
+            zs = [dy.logsumexp_dim(dead, 0), dy.logsumexp_dim(live, 0)]
+        assert np.all(np.asarray(zs[0].value()) == -np.inf)
+        loss = dy.sum_elems(dy.logsumexp([dy.sum_elems(zs[0]) if form == "logsumexp" else zs[0],
+                                          dy.scalarInput(1.0)])) + dy.sum_elems(zs[1])
+        loss.backward()
+    g = p.grad_as_array()
+    # only the live row contributes: d/dp of logsumexp(live, 2 live) or of logsumexp_dim(live)
+    v = np.array([0.5, 1.5])
+    if form == "logsumexp":
+        expect = (np.exp(v) + 2 * np.exp(2 * v)) / (np.exp(v) + np.exp(2 * v))
+    else:
+        expect = np.exp(v) / np.exp(v).sum()
+    assert np.allclose(g, expect, rtol=1e-5)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .base import Op, ShapeError, prod, register
 from .elementwise import _same
 from .reduce import MaxDim
@@ -133,6 +135,19 @@ def _finite_shift(xp, m):
     return xp.where(xp.isfinite(m), m, 0)
 
 
+def _log(xp, s):
+    """log s, -inf where s is 0 (every input -inf: log 0 in the log semiring) with no warning."""
+    with np.errstate(divide="ignore"):
+        return xp.log(s)
+
+
+def _weights(xp, x, y):
+    """exp(x - y), logsumexp's gradient: 0 where y is -inf (every input -inf, log 0: a sum
+    that contributes nothing, as in a CTC or forward-algorithm chart), not exp(-inf - -inf),
+    nan."""
+    return xp.exp(x - xp.where(y == -np.inf, np.inf, y))
+
+
 @register
 class LogSumExp(Op):
     """Elementwise log Σ_k exp(x_k) of same-shape inputs."""
@@ -150,10 +165,10 @@ class LogSumExp(Op):
         s = xp.exp(xs[0] - m)
         for x in xs[1:]:
             s += xp.exp(x - m)
-        return m + xp.log(s)
+        return m + _log(xp, s)
 
     def backward(self, xp, xs, y, gy, attr, data):
-        return [gy * xp.exp(x - y) for x in xs]
+        return [gy * _weights(xp, x, y) for x in xs]
 
 
 @register
@@ -167,13 +182,13 @@ class LogSumExpDim(Op):
     def forward(self, xp, xs, attr, data):
         x, ax = xs[0], attr + 1
         m = _finite_shift(xp, x.max(axis=ax, keepdims=True))
-        y = m + xp.log(xp.exp(x - m).sum(axis=ax, keepdims=True))
+        y = m + _log(xp, xp.exp(x - m).sum(axis=ax, keepdims=True))
         return y.reshape(x.shape[0], -1)
 
     def backward(self, xp, xs, y, gy, attr, data):
         x = xs[0]
         k = _kept(x, (attr,))
-        return [xp.exp(x - y.reshape(k)) * gy.reshape(k)]
+        return [_weights(xp, x, y.reshape(k)) * gy.reshape(k)]
 
 
 @register
