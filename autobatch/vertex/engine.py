@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import backends
 from ..ops import ProductGrad, RowGrad
 from ..ops.base import prod
 from .trace import CONST, IDS, SEED
@@ -118,8 +119,7 @@ def _as_rows(block, state):
 
 def _add_at(xp, a, idx, v):
     """a[idx] += v for rows idx that may repeat."""
-    if hasattr(xp.add, "at"):
-        from .. import backends             # (repeats summed first: np.add.at costs a microsecond a row)
+    if hasattr(xp.add, "at"):           # (repeats summed first: np.add.at costs a microsecond a row)
         backends.get("numpy").add_rows(a, idx, v)
     else:                                   # CuPy
         import cupyx
