@@ -91,12 +91,16 @@ class DyLoop:
     def __init__(self, fw, model, trainer):
         self.fw, self.model, self.trainer = fw, model, trainer
         self.batch_loss = None
+        self.clock = None      # bench.split.KernelClock: kernel seconds by phase as well
         # wait for queued GPU work before reading each phase's clock (a no-op on NumPy);
         # forward needs none: loss.value() copies to the host
         self.sync = getattr(_backend_of(fw), "synchronize", None) or (lambda: None)
 
     def step(self, batch, acc):
         dy, fw = self.fw.dy, self.fw
+        kt = []
+        mark = (lambda: kt.append(self.clock.total)) if self.clock is not None else (lambda: None)
+        mark()
         t0 = time.perf_counter()
         fw.renew()
         t1 = time.perf_counter()
@@ -109,19 +113,26 @@ class DyLoop:
         else:
             loss = dy.esum([self.model.loss(dy, x) for x in batch])
         t3 = time.perf_counter()
+        mark()
         value = loss.value()
         t4 = time.perf_counter()
+        mark()
         loss.backward()
         self.sync()
         t5 = time.perf_counter()
+        mark()
         self.trainer.update()
         self.sync()
         t6 = time.perf_counter()
+        mark()
         if s0 is not None:
             _add_stats(acc.setdefault("stats", {}), _stats_delta(s0, fw.stats()))
         for k, dt in (("wall_build_s", t1 - t0 + t3 - t2), ("wall_forward_s", t4 - t3),
                       ("wall_backward_s", t5 - t4), ("wall_update_s", t6 - t5)):
             acc[k] = acc.get(k, 0.0) + dt
+        if self.clock is not None:
+            for k, (a, b) in zip(("build", "forward", "backward", "update"), zip(kt, kt[1:])):
+                acc["kernel_%s_s" % k] = acc.get("kernel_%s_s" % k, 0.0) + b - a
         return float(value)
 
 
@@ -204,12 +215,18 @@ def measure(cfg, progress_label=None):
     label = progress_label or cfg["label"] or "%s %s" % (cfg["task"], fwk if fwk == "torch" else fwk + "/" + cfg["strategy"])
     total = len(warm) + cfg["repeats"] * len(batches)
     prog = Progress(label, total)
+    clock = None
+    if cfg.get("split") and fwk == "autobatch":
+        from bench.split import KernelClock
+        clock = loop.clock = KernelClock().__enter__()
     try:
         first = _run_pass(loop, warm, prog, "warm-up", 0, total)
         passes = [_run_pass(loop, batches, prog, "rep %d/%d" % (r + 1, cfg["repeats"]),
                             len(warm) + r * len(batches), total) for r in range(cfg["repeats"])]
     finally:
         prog.close()
+        if clock is not None:
+            clock.__exit__(None, None, None)
 
     med = sorted(passes, key=lambda p: p["total_s"])[(len(passes) - 1) // 2]
     n = len(data)
@@ -224,6 +241,8 @@ def measure(cfg, progress_label=None):
         peak_rss_mb=maxrss_mb(),
     )
     rec["rss_delta_mb"] = rec["peak_rss_mb"] - base_rss
+    if clock is not None:
+        rec["kernel_s"] = {k: med.get("kernel_%s_s" % k, 0.0) for k in ("build", "forward", "backward", "update")}
     if vertex:   # max relative difference of loss and gradients, vertex vs agenda; after the
         # peak-memory reading, since its lazy-graph run is not part of the vertex training
         rec["check_vs_lazy"] = vertex_tasks.check_vs_lazy(fw.dy, cfg["task"], model, pc, meta, batches[0])

@@ -216,3 +216,31 @@ def test_the_operator_form_of_the_tree_lstm_builds_the_affine_forms_graph():
     # the cell state: esum of three products there, two + here
     assert ops.pop("add") == aff.pop("add") + sum(not n.is_leaf() for x in insts for n in x.nodes())
     assert ops == aff and ops["affine>logistic"] > 0
+
+
+def test_split_times_kernels_by_phase_and_restores_the_methods():
+    """bench.split: with split on, the record has kernel seconds per phase, within the phase's
+    wall time (forward and backward run kernels, building Tree-FC none), and the timed methods
+    are the originals again afterwards."""
+    from autobatch.ops import base
+    from bench import split
+    ops = {cls: dict(vars(cls)) for cls in [base.Op, *split._subclasses(base.Op)]}
+    rec = runner.measure(dict(TINY, task="treefc", framework="autobatch", strategy="agenda", split=True))
+    k = rec["kernel_s"]
+    assert k["build"] == 0.0
+    assert 0 < k["forward"] <= rec["forward_s"] + rec["schedule_s"]
+    assert 0 < k["backward"] <= rec["backward_s"] and 0 < k["update"] <= rec["update_s"]
+    assert {cls: dict(vars(cls)) for cls in ops} == ops
+    assert "kernel_s" not in runner.measure(dict(TINY, task="treefc", framework="autobatch", strategy="agenda"))
+
+
+def test_split_build_floor_sees_every_call_of_the_model():
+    """The stand-in answers each dy call of Tree-FC's model: per tree of 256 leaves, 256 lookups,
+    255 x (concatenate, affine_transform, tanh), the output's affine_transform and
+    pickneglogsoftmax; and one esum per minibatch. A model that needs real values or lists back
+    (the builders' tasks) gets None."""
+    from bench import split
+    seconds, calls = split.build_floor("treefc", 8, 2, reps=1)
+    assert seconds > 0 and calls == 2 * (256 + 3 * 255 + 2) + 1
+    assert split.build_floor("bilstm", 8, 2, reps=1) == (None, None)
+    assert split.floor_call_ns(1000) > 0
