@@ -7,7 +7,8 @@ backend's gathers and scatters, the deferred parameter-gradient products, adding
 parameters and the trainer's update rule (the calls below are timed; a kernel that calls
 another counts once). The engine is the rest of each phase: the graph built by the user's dy
 calls, scheduling, and the executor's bookkeeping, including its inline array statements (adds
-into views, flat copies), so the kernels column is if anything short.
+into views, flat copies), so the kernels column is if anything short. The timers cost about
+a quarter of a microsecond per kernel call (5,000 calls, 1.2 ms, per 256 Tree-LSTM trees).
 
 The last lines answer how fast a pass could be if the engine took no time at all: the kernels
 as measured, plus the user's program with every dy call at the cost of a bare Python function
