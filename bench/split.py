@@ -20,7 +20,6 @@ Measurements run in fresh processes on one BLAS thread, with the bench's protoco
 pass, median of the passes); `--threads 0` leaves the libraries' defaults.
 """
 import argparse
-import gc
 import json
 import sys
 import time
@@ -135,61 +134,56 @@ class _StandModule:
         return _record
 
 
-def floor_call_ns(n=200000):
-    """Nanoseconds of one bare record called with one handle (the best of five loops)."""
-    h = _record()
-    best = float("inf")
-    was = gc.isenabled()
-    gc.disable()
-    for _ in range(5):
-        for c in _COLS:
-            c.clear()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            _record(h)
-        best = min(best, time.perf_counter() - t0)
-    if was:
-        gc.enable()
+def _clear():
     for c in _COLS:
         c.clear()
+
+
+def floor_call_ns(n=200000):
+    """Nanoseconds of one bare record called with one handle (the best of five loops)."""
+    from autobatch.executor import _no_gc      # a floor: no collector passes over the records
+    h = _record()
+    best = float("inf")
+    with _no_gc():
+        for _ in range(5):
+            _clear()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                _record(h)
+            best = min(best, time.perf_counter() - t0)
+    _clear()
     return best / n * 1e9
 
 
 def build_floor(task_name, hidden, n, batch_size=64, reps=5):
     """Seconds per pass for the task's model with every dy call a bare record (None if the model
     needs more than a stand-in gives, e.g. builders that return lists)."""
+    from autobatch.executor import _no_gc
     from bench import tasks
     task = tasks.get(task_name)
     data, meta = task.data(n, seed=0)
     dy = _StandModule()
-    was = gc.isenabled()
-    gc.disable()      # a floor: no collector passes over the records
     try:
-        model = task.Model(dy, dy, meta, hidden)
-        best = float("inf")
-        for _ in range(reps + 1):
-            for c in _COLS:
-                c.clear()
-            t0 = time.perf_counter()
-            for i in range(0, len(data), batch_size):
-                dy.esum([model.loss(dy, x) for x in data[i:i + batch_size]])
-            best = min(best, time.perf_counter() - t0)
-        return best, len(_COLS[3])
+        with _no_gc():
+            model = task.Model(dy, dy, meta, hidden)
+            best = float("inf")
+            for _ in range(reps + 1):
+                _clear()
+                t0 = time.perf_counter()
+                for i in range(0, len(data), batch_size):
+                    dy.esum([model.loss(dy, x) for x in data[i:i + batch_size]])
+                best = min(best, time.perf_counter() - t0)
+            return best, len(_COLS[3])
     except Exception:
         return None, None
     finally:
-        for c in _COLS:
-            c.clear()
-        if was:
-            gc.enable()
+        _clear()
 
 
 # ------------------------------------------------------------------ the command
 def _row(label, rec):
-    ph = [rec.get(k) for k in ("build_s", "forward_s", "backward_s", "update_s")]
-    if rec.get("schedule_s") is not None:   # the runner reports forward without scheduling
-        ph[1] = (ph[1] or 0.0) + rec["schedule_s"]
-    return label, ph, sum(p or 0.0 for p in ph)
+    ph = [rec.get(k) or 0.0 for k in ("wall_build_s", "wall_forward_s", "wall_backward_s", "wall_update_s")]
+    return label, ph, sum(ph)
 
 
 def main(argv=None):
